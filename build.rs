@@ -1,0 +1,14 @@
+//! Compiles `proto/` with protox (pure Rust): no system `protoc` needed.
+use std::{env, fs, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let fds = protox::compile(["oncegate/v1/gate.proto"], ["proto"])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(
+        out.join("oncegate_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
+    tonic_prost_build::configure().compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,551 @@
+//! `oncegate bench`: a load generator for a running sidecar (or for the bare
+//! echo yardstick, `oncegate bench --serve-echo ADDR`). Clients behave like
+//! broker consumers: each delivery is retried until it gets `CLAIMED` or
+//! `DUPLICATE`. Reports throughput and HDR latency percentiles per outcome and
+//! per deciding tier, and with `--database-url` checks the ledger afterwards
+//! (disbursements = unique submissions, totals exact), exiting 2 on a mismatch.
+
+use crate::pb::gate_client::GateClient;
+use crate::pb::{self, Outcome, Tier};
+use anyhow::Context;
+use clap::Args;
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The sidecar (or echo server) to drive.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub target: String,
+    /// Concurrent clients (each one request at a time).
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// HTTP/2 connections shared by the clients.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many measured deliveries instead (whichever comes first).
+    #[arg(long)]
+    pub deliveries: Option<u64>,
+    /// Share of deliveries that are redeliveries of earlier answered submissions.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate_ratio: f64,
+    /// Fresh submissions sent before measuring (so redeliveries have targets).
+    #[arg(long, default_value_t = 0)]
+    pub prime: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub payload_bytes: usize,
+    /// Distinct award ids.
+    #[arg(long, default_value_t = 100)]
+    pub awards: u64,
+    /// Check the ledger through this store URL afterwards (nothing else may write meanwhile).
+    #[arg(long, env = "ONCEGATE_BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Label for the report.
+    #[arg(long, default_value = "bench")]
+    pub label: String,
+    /// Serve the bare tonic echo yardstick on this address instead of benchmarking.
+    #[arg(long)]
+    pub serve_echo: Option<SocketAddr>,
+    /// Suppress the progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Everything one client measured.
+struct ClientStats {
+    by_class: BTreeMap<&'static str, Histogram<u64>>,
+    errors: BTreeMap<String, u64>,
+    retries: u64,
+    fresh_answered: u64,
+    fresh_cents: i128,
+    claimed: u64,
+    duplicates: u64,
+}
+
+impl ClientStats {
+    fn new() -> Self {
+        Self {
+            by_class: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            retries: 0,
+            fresh_answered: 0,
+            fresh_cents: 0,
+            claimed: 0,
+            duplicates: 0,
+        }
+    }
+
+    fn record(&mut self, class: &'static str, micros: u64) {
+        self.by_class
+            .entry(class)
+            .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"))
+            .saturating_record(micros.max(1));
+    }
+
+    fn merge(&mut self, other: ClientStats) {
+        for (k, h) in other.by_class {
+            match self.by_class.get_mut(k) {
+                Some(mine) => mine.add(&h).expect("same bounds"),
+                None => {
+                    self.by_class.insert(k, h);
+                }
+            }
+        }
+        for (k, n) in other.errors {
+            *self.errors.entry(k).or_default() += n;
+        }
+        self.retries += other.retries;
+        self.fresh_answered += other.fresh_answered;
+        self.fresh_cents += other.fresh_cents;
+        self.claimed += other.claimed;
+        self.duplicates += other.duplicates;
+    }
+}
+
+/// Deterministic submissions: delivery `n` of run `run` always has the same
+/// award, timestamp, payload and amount, so a redelivery regenerates it.
+struct Generator {
+    run: String,
+    timestamp: String,
+    payload_bytes: usize,
+    awards: u64,
+}
+
+impl Generator {
+    fn submission(&self, n: u64) -> pb::Submission {
+        let mut payload = vec![0u8; self.payload_bytes.max(8)];
+        payload[..8].copy_from_slice(&n.to_le_bytes());
+        rand::rngs::SmallRng::seed_from_u64(n).fill(&mut payload[8..]);
+        pb::Submission {
+            award_id: format!("{}-{}", self.run, n % self.awards.max(1)),
+            submission_timestamp: self.timestamp.clone(),
+            payload,
+            amount_cents: self.amount(n),
+            idempotency_key: None,
+        }
+    }
+
+    fn amount(&self, n: u64) -> i64 {
+        1 + (n % 9_973) as i64
+    }
+}
+
+struct Shared {
+    generator: Generator,
+    next_fresh: AtomicU64,
+    measured: AtomicU64,
+    stop_at: Option<u64>,
+}
+
+/// Sends one delivery until it is answered; returns the decision.
+async fn deliver(
+    client: &mut GateClient<Channel>,
+    s: &pb::Submission,
+    stats: &mut ClientStats,
+) -> Option<(pb::Decision, u64)> {
+    let mut backoff = Duration::from_millis(5);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let start = Instant::now();
+        match client.submit(s.clone()).await {
+            Ok(d) => return Some((d.into_inner(), start.elapsed().as_micros() as u64)),
+            Err(status) => {
+                *stats.errors.entry(format!("{:?}", status.code())).or_default() += 1;
+                if Instant::now() > give_up {
+                    return None;
+                }
+                stats.retries += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+async fn client_loop(
+    mut client: GateClient<Channel>,
+    shared: Arc<Shared>,
+    mut history: Vec<u64>,
+    ratio: f64,
+    until: Instant,
+    seed: u64,
+) -> ClientStats {
+    let mut stats = ClientStats::new();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    while Instant::now() < until {
+        if let Some(limit) = shared.stop_at
+            && shared.measured.fetch_add(1, Ordering::Relaxed) >= limit
+        {
+            break;
+        }
+        let redeliver = !history.is_empty() && rng.random_bool(ratio.clamp(0.0, 1.0));
+        let n = if redeliver {
+            history[rng.random_range(0..history.len())]
+        } else {
+            shared.next_fresh.fetch_add(1, Ordering::Relaxed)
+        };
+        let s = shared.generator.submission(n);
+        let Some((d, micros)) = deliver(&mut client, &s, &mut stats).await else {
+            continue;
+        };
+        if !redeliver {
+            history.push(n);
+            stats.fresh_answered += 1;
+            stats.fresh_cents += s.amount_cents as i128;
+        }
+        let outcome = if d.outcome == Outcome::Claimed as i32 {
+            stats.claimed += 1;
+            "CLAIMED"
+        } else {
+            stats.duplicates += 1;
+            "DUPLICATE"
+        };
+        stats.record(outcome, micros);
+        let tier = match Tier::try_from(d.decided_by) {
+            Ok(Tier::LocalCache) => "by LOCAL_CACHE",
+            Ok(Tier::Redis) => "by REDIS",
+            Ok(Tier::Database) => "by DATABASE",
+            _ => "by UNKNOWN",
+        };
+        stats.record(tier, micros);
+        stats.record("ALL", micros);
+    }
+    stats
+}
+
+async fn channels(target: &str, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
+        out.push(
+            Endpoint::from_shared(target.to_string())?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {target}"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Runs the benchmark (or the echo server).
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = args.serve_echo {
+        serve_echo(addr).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = match &args.database_url {
+        Some(url) => Some(
+            crate::store::open(url, 2)
+                .await
+                .context("opening --database-url")?,
+        ),
+        None => None,
+    };
+    let before = match &store {
+        Some(s) => Some(s.ledger_summary().await.context("reading the ledger")?),
+        None => None,
+    };
+    let run_id = format!(
+        "bench-{}",
+        uuid::Uuid::new_v4()
+            .simple()
+            .to_string()
+            .get(..8)
+            .unwrap_or("run")
+    );
+    let shared = Arc::new(Shared {
+        generator: Generator {
+            run: run_id.clone(),
+            timestamp: crate::time_fmt::rfc3339(time::OffsetDateTime::now_utc()),
+            payload_bytes: args.payload_bytes,
+            awards: args.awards,
+        },
+        next_fresh: AtomicU64::new(0),
+        measured: AtomicU64::new(0),
+        stop_at: args.deliveries,
+    });
+    let chans = channels(&args.target, args.connections).await?;
+    let clients = args.clients.max(1);
+
+    // Prime: fresh submissions, split over the clients' histories.
+    let mut histories: Vec<Vec<u64>> = vec![Vec::new(); clients];
+    let mut primed = ClientStats::new();
+    if args.prime > 0 {
+        let per = args.prime.div_ceil(clients as u64);
+        let mut tasks = tokio::task::JoinSet::new();
+        for (c, chan) in (0..clients).zip(chans.iter().cycle()) {
+            let mut client = GateClient::new(chan.clone());
+            let shared = shared.clone();
+            tasks.spawn(async move {
+                let mut stats = ClientStats::new();
+                let mut mine = Vec::new();
+                for _ in 0..per {
+                    let n = shared.next_fresh.fetch_add(1, Ordering::Relaxed);
+                    let s = shared.generator.submission(n);
+                    if deliver(&mut client, &s, &mut stats).await.is_some() {
+                        mine.push(n);
+                        stats.fresh_answered += 1;
+                        stats.fresh_cents += s.amount_cents as i128;
+                    }
+                }
+                (c, mine, stats)
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let (c, mine, stats) = done?;
+            histories[c] = mine;
+            primed.merge(stats);
+        }
+    }
+
+    let started = Instant::now();
+    let until = started + args.duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for ((c, history), chan) in histories.into_iter().enumerate().zip(chans.iter().cycle()) {
+        tasks.spawn(client_loop(
+            GateClient::new(chan.clone()),
+            shared.clone(),
+            history,
+            args.duplicate_ratio,
+            until,
+            c as u64 + 1,
+        ));
+    }
+    let progress = (!args.quiet).then(|| {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let fresh = shared.next_fresh.load(Ordering::Relaxed);
+                eprint!(
+                    "\r{:>5.1}s  fresh submissions so far: {fresh} (+{}/s)   ",
+                    started.elapsed().as_secs_f64(),
+                    fresh - last
+                );
+                last = fresh;
+            }
+        })
+    });
+    let mut total = ClientStats::new();
+    while let Some(done) = tasks.join_next().await {
+        total.merge(done?);
+    }
+    let elapsed = started.elapsed();
+    if let Some(p) = progress {
+        p.abort();
+        eprintln!();
+    }
+    let ledger = match (&store, before) {
+        (Some(s), Some(before)) => Some(check_ledger(&**s, &before, &primed, &total).await?),
+        _ => None,
+    };
+    let report = Report::new(&args, elapsed, &total, ledger);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        report.print();
+    }
+    Ok(match report.ledger {
+        Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+struct LedgerCheck {
+    ok: bool,
+    detail: String,
+}
+
+async fn check_ledger(
+    store: &dyn crate::store::Store,
+    before: &crate::store::LedgerSummary,
+    primed: &ClientStats,
+    measured: &ClientStats,
+) -> anyhow::Result<LedgerCheck> {
+    let after = store.ledger_summary().await.context("reading the ledger")?;
+    let expected_rows = (primed.fresh_answered + measured.fresh_answered) as i64;
+    let expected_cents = (primed.fresh_cents + measured.fresh_cents) as i64;
+    let rows = after.disbursements - before.disbursements;
+    let cents = after.total_cents - before.total_cents;
+    let ok = rows == expected_rows
+        && cents == expected_cents
+        && after.mismatched_awards == 0
+        && after.sequence_gaps == 0;
+    let detail = format!(
+        "disbursements +{rows} (unique submissions {expected_rows}), total +{cents} cents (expected {expected_cents}), \
+         awards with totals off: {}, sequence gaps: {}",
+        after.mismatched_awards, after.sequence_gaps
+    );
+    Ok(LedgerCheck { ok, detail })
+}
+
+struct Report {
+    label: String,
+    clients: usize,
+    elapsed: Duration,
+    deliveries: u64,
+    claimed: u64,
+    duplicates: u64,
+    retries: u64,
+    errors: BTreeMap<String, u64>,
+    latency: Vec<(String, u64, [f64; 4])>,
+    ledger: Option<LedgerCheck>,
+}
+
+impl Report {
+    fn new(args: &BenchArgs, elapsed: Duration, s: &ClientStats, ledger: Option<LedgerCheck>) -> Self {
+        let latency = s
+            .by_class
+            .iter()
+            .map(|(k, h)| {
+                let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+                (k.to_string(), h.len(), [q(0.5), q(0.9), q(0.99), q(0.999)])
+            })
+            .collect();
+        Self {
+            label: args.label.clone(),
+            clients: args.clients,
+            elapsed,
+            deliveries: s.claimed + s.duplicates,
+            claimed: s.claimed,
+            duplicates: s.duplicates,
+            retries: s.retries,
+            errors: s.errors.clone(),
+            latency,
+            ledger,
+        }
+    }
+
+    fn rate(&self, n: u64) -> f64 {
+        n as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn print(&self) {
+        println!(
+            "{}: {} clients, {:.1}s: {} deliveries = {:.0}/s (fresh claims {:.0}/s, duplicates {:.0}/s); retries {}; errors {:?}",
+            self.label,
+            self.clients,
+            self.elapsed.as_secs_f64(),
+            self.deliveries,
+            self.rate(self.deliveries),
+            self.rate(self.claimed),
+            self.rate(self.duplicates),
+            self.retries,
+            self.errors
+        );
+        println!(
+            "  {:<16} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency (ms)", "count", "p50", "p90", "p99", "p99.9"
+        );
+        for (k, n, q) in &self.latency {
+            println!(
+                "  {:<16} {:>9} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                k, n, q[0], q[1], q[2], q[3]
+            );
+        }
+        if let Some(l) = &self.ledger {
+            println!(
+                "  ledger: {} — {}",
+                if l.ok { "OK" } else { "MISMATCH" },
+                l.detail
+            );
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let latency: serde_json::Map<String, serde_json::Value> = self
+            .latency
+            .iter()
+            .map(|(k, n, q)| {
+                (
+                    k.clone(),
+                    serde_json::json!({"count": n, "p50_ms": q[0], "p90_ms": q[1], "p99_ms": q[2], "p999_ms": q[3]}),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "label": self.label,
+            "clients": self.clients,
+            "seconds": self.elapsed.as_secs_f64(),
+            "deliveries": self.deliveries,
+            "deliveries_per_s": self.rate(self.deliveries),
+            "claims_per_s": self.rate(self.claimed),
+            "duplicates_per_s": self.rate(self.duplicates),
+            "retries": self.retries,
+            "errors": self.errors,
+            "latency": latency,
+            "ledger_ok": self.ledger.as_ref().map(|l| l.ok),
+            "ledger": self.ledger.as_ref().map(|l| l.detail.clone()),
+        })
+    }
+}
+
+/// The transport's limit: the same service and messages, answered at once.
+struct Echo;
+
+#[tonic::async_trait]
+impl pb::gate_server::Gate for Echo {
+    async fn submit(
+        &self,
+        req: tonic::Request<pb::Submission>,
+    ) -> Result<tonic::Response<pb::Decision>, tonic::Status> {
+        let s = req.into_inner();
+        Ok(tonic::Response::new(pb::Decision {
+            outcome: Outcome::Duplicate as i32,
+            idempotency_key: "0".repeat(64),
+            disbursement: Some(pb::Disbursement {
+                id: "00000000-0000-0000-0000-000000000000".into(),
+                award_id: s.award_id,
+                amount_cents: s.amount_cents,
+                recorded_at: "2026-01-01T00:00:00.000000Z".into(),
+                sequence: 1,
+            }),
+            decided_by: Tier::LocalCache as i32,
+        }))
+    }
+
+    async fn submit_batch(
+        &self,
+        _: tonic::Request<pb::SubmitBatchRequest>,
+    ) -> Result<tonic::Response<pb::SubmitBatchResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("echo serves Submit only"))
+    }
+
+    async fn lookup(
+        &self,
+        _: tonic::Request<pb::LookupRequest>,
+    ) -> Result<tonic::Response<pb::LookupResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("echo serves Submit only"))
+    }
+}
+
+async fn serve_echo(addr: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    eprintln!("echo yardstick listening on {}", listener.local_addr()?);
+    tonic::transport::Server::builder()
+        .add_service(pb::gate_server::GateServer::new(Echo))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            crate::client::shutdown_signal(),
+        )
+        .await?;
+    Ok(())
+}

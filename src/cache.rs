@@ -1,0 +1,42 @@
+//! L1: an in-process moka cache of committed results, bounded by bytes, with
+//! a TTL. Filled after a commit and on any tier's duplicate answer; never the
+//! reason a fresh submission is skipped (it only ever holds committed results).
+
+use crate::store::StoredResult;
+use moka::future::Cache;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes charged per entry beyond its strings: moka's node, the Arc and the
+/// struct. Keeps the byte budget honest for the RSS target.
+const ENTRY_OVERHEAD: u32 = 256;
+
+#[derive(Clone)]
+pub struct LocalCache {
+    inner: Cache<Arc<str>, Arc<StoredResult>>,
+}
+
+impl LocalCache {
+    pub fn new(capacity_bytes: u64, ttl: Duration) -> Self {
+        let inner = Cache::builder()
+            .max_capacity(capacity_bytes)
+            .weigher(|k: &Arc<str>, v: &Arc<StoredResult>| k.len() as u32 + v.weight() + ENTRY_OVERHEAD)
+            .time_to_live(ttl)
+            .build();
+        Self { inner }
+    }
+
+    pub async fn get(&self, key: &str) -> Option<Arc<StoredResult>> {
+        self.inner.get(key).await
+    }
+
+    pub async fn insert(&self, result: Arc<StoredResult>) {
+        self.inner.insert(Arc::from(result.key.as_str()), result).await;
+    }
+
+    /// Entries and weighted bytes, after pending maintenance.
+    pub async fn usage(&self) -> (u64, u64) {
+        self.inner.run_pending_tasks().await;
+        (self.inner.entry_count(), self.inner.weighted_size())
+    }
+}

@@ -1,0 +1,135 @@
+//! The service's one error type and its one mapping to `tonic::Status`.
+//!
+//! Database detail is logged where it happens and never sent to the client.
+
+use tonic::{Code, Status};
+
+/// Every way a request can fail, as the client sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    /// Bad input; nothing was written.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A key reused with a different award id, amount or payload.
+    #[error("idempotency key reused with a different submission")]
+    KeyReused,
+    /// The authoritative store cannot be reached; retry later.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Over the in-flight limit.
+    #[error("{0}")]
+    Overloaded(String),
+    /// Over a size limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The caller's deadline passed before the decision was known.
+    #[error("deadline exceeded before the decision was known; retry to learn the outcome")]
+    DeadlineExceeded,
+    /// A bug or an unexpected store state; detail is in the log.
+    #[error("internal error")]
+    Internal,
+}
+
+impl GateError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::InvalidArgument(msg.into())
+    }
+
+    /// The gRPC status code of this error.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::InvalidArgument(_) => Code::InvalidArgument,
+            Self::KeyReused => Code::FailedPrecondition,
+            Self::Unavailable(_) => Code::Unavailable,
+            Self::Overloaded(_) | Self::TooLarge(_) => Code::ResourceExhausted,
+            Self::DeadlineExceeded => Code::DeadlineExceeded,
+            Self::Internal => Code::Internal,
+        }
+    }
+
+    /// A short label for metrics and audit rows.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::InvalidArgument(_) => "invalid_argument",
+            Self::KeyReused => "key_reused",
+            Self::Unavailable(_) => "unavailable",
+            Self::Overloaded(_) => "overloaded",
+            Self::TooLarge(_) => "too_large",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl From<GateError> for Status {
+    fn from(err: GateError) -> Self {
+        Status::new(err.code(), err.to_string())
+    }
+}
+
+/// Store failures, classified for the retry decision.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached, or the pool has no connection to give.
+    /// The transaction did not commit, or its outcome is unknown; either way a
+    /// retry resolves it through the claim.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Certainly aborted (serialization failure, deadlock): safe to retry now.
+    #[error("transaction aborted, retryable: {0}")]
+    Retryable(String),
+    /// Keys whose claim row was purged but whose ledger row exists: a very
+    /// late redelivery. The transaction was rolled back.
+    #[error("late redelivery of {} purged claim(s)", .0.len())]
+    LateRedelivery(Vec<String>),
+    /// Anything else.
+    #[error("store error: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// Classifies a sqlx error by kind and SQLSTATE.
+    pub fn from_sqlx(err: sqlx::Error) -> Self {
+        use sqlx::Error as E;
+        match &err {
+            E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::WorkerCrashed => {
+                Self::Unavailable(err.to_string())
+            }
+            E::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                match code.as_str() {
+                    // serialization_failure, deadlock_detected
+                    "40001" | "40P01" => Self::Retryable(err.to_string()),
+                    // SQLite: database is locked / busy
+                    "5" | "6" | "517" | "261" => Self::Retryable(err.to_string()),
+                    // connection exceptions, admin shutdown, crash shutdown,
+                    // cannot connect now, too many connections, read-only
+                    c if c.starts_with("08")
+                        || matches!(c, "57P01" | "57P02" | "57P03" | "53300" | "25006") =>
+                    {
+                        Self::Unavailable(err.to_string())
+                    }
+                    _ => Self::Other(err.to_string()),
+                }
+            }
+            _ => Self::Other(err.to_string()),
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::from_sqlx(err)
+    }
+}
+
+impl From<StoreError> for GateError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unavailable(_) | StoreError::Retryable(_) => {
+                GateError::Unavailable("authoritative store unavailable; retry".into())
+            }
+            StoreError::LateRedelivery(_) | StoreError::Other(_) => GateError::Internal,
+        }
+    }
+}

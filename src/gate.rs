@@ -1,0 +1,316 @@
+//! The tier decision: L1 (moka) → L2 (Redis) → the authoritative store.
+//!
+//! # The invariant (DESIGN §2)
+//! A tier may answer `DUPLICATE` only when it holds the stored result of a
+//! committed claim. L1 and L2 hold nothing else: L1 is filled only with
+//! results returned by a commit or by another tier's duplicate answer, and L2
+//! holds either a committed result or an in-flight token, and a token is
+//! never read as a duplicate. Every cached answer is checked against the
+//! submission's fingerprint, so a reused producer key is refused at every
+//! tier. Everything not answered from a cache goes to the store, whose unique
+//! claim decides.
+
+use crate::audit::AuditQueue;
+use crate::cache::LocalCache;
+use crate::error::GateError;
+use crate::group_commit::Committer;
+use crate::key::key_prefix;
+use crate::pb;
+use crate::redis_tier::{Lease, RedisTier};
+use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, Store, StoredResult};
+use crate::submission::{Limits, Submission};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Which tier decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    LocalCache,
+    Redis,
+    Database,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LocalCache => "LOCAL_CACHE",
+            Self::Redis => "REDIS",
+            Self::Database => "DATABASE",
+        }
+    }
+}
+
+/// A decision: the outcome, the stored result and who decided.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub claimed: bool,
+    pub result: Arc<StoredResult>,
+    pub tier: Tier,
+}
+
+pub struct Gate {
+    store: Arc<dyn Store>,
+    l1: LocalCache,
+    l2: Option<Arc<RedisTier>>,
+    committer: Committer,
+    audit: AuditQueue,
+    limits: Limits,
+    instance: Arc<str>,
+}
+
+impl Gate {
+    pub fn new(
+        store: Arc<dyn Store>,
+        l1: LocalCache,
+        l2: Option<Arc<RedisTier>>,
+        committer: Committer,
+        audit: AuditQueue,
+        limits: Limits,
+        instance: Arc<str>,
+    ) -> Self {
+        Self {
+            store,
+            l1,
+            l2,
+            committer,
+            audit,
+            limits,
+            instance,
+        }
+    }
+
+    /// Decides one delivery.
+    pub async fn submit(&self, raw: &pb::Submission) -> Result<Decided, GateError> {
+        let submission = self.validate(raw)?;
+        let decided = self.decide(&submission).await;
+        log_decision(&submission, &decided);
+        decided
+    }
+
+    /// Decides many deliveries: per-item results in order. Repeated keys are
+    /// decided once; the first is `CLAIMED` (if fresh), the rest duplicates
+    /// of it (or key reuse, by fingerprint).
+    pub async fn submit_batch(&self, raws: &[pb::Submission]) -> Vec<Result<Decided, GateError>> {
+        let validated: Vec<Result<Submission, GateError>> = raws.iter().map(|r| self.validate(r)).collect();
+        let mut first: HashMap<String, usize> = HashMap::new();
+        let mut unique: Vec<&Submission> = Vec::new();
+        for s in validated.iter().flatten() {
+            first.entry(s.key.clone()).or_insert_with(|| {
+                unique.push(s);
+                unique.len() - 1
+            });
+        }
+        let decided = futures::future::join_all(unique.iter().map(|s| self.decide(s))).await;
+        let mut answered = vec![false; decided.len()];
+        validated
+            .into_iter()
+            .map(|v| {
+                let s = v?;
+                let idx = first[&s.key];
+                let result = if std::mem::replace(&mut answered[idx], true) {
+                    self.repeat_in_batch(&s, &decided[idx])
+                } else {
+                    clone_result(&decided[idx])
+                };
+                log_decision(&s, &result);
+                result
+            })
+            .collect()
+    }
+
+    /// The stored result for a key, from the nearest tier that has it.
+    pub async fn lookup(&self, key: &str) -> Result<Option<Decided>, GateError> {
+        crate::submission::validate_lookup_key(key)?;
+        if let Some(r) = self.l1.get(key).await {
+            return Ok(Some(Decided {
+                claimed: false,
+                result: r,
+                tier: Tier::LocalCache,
+            }));
+        }
+        if let Some(r) = match &self.l2 {
+            Some(l2) => l2.get(key).await,
+            None => None,
+        } {
+            return Ok(Some(Decided {
+                claimed: false,
+                result: Arc::new(r),
+                tier: Tier::Redis,
+            }));
+        }
+        Ok(self.store.lookup(key).await?.map(|r| Decided {
+            claimed: false,
+            result: Arc::new(r),
+            tier: Tier::Database,
+        }))
+    }
+
+    fn validate(&self, raw: &pb::Submission) -> Result<Submission, GateError> {
+        Submission::validate(raw, self.limits).inspect_err(|e| {
+            metrics::counter!("oncegate_rejections_total", "reason" => e.label()).increment(1);
+            // Invalid input is not audited: nothing is written for it.
+            tracing::info!(award_id = %printable(&raw.award_id), error = %e, "submission rejected");
+        })
+    }
+
+    async fn decide(&self, s: &Submission) -> Result<Decided, GateError> {
+        if let Some(r) = self.l1.get(&s.key).await {
+            metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
+                .increment(1);
+            return self.cached_duplicate(s, r, Tier::LocalCache);
+        }
+        metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "miss")
+            .increment(1);
+        let lease = match &self.l2 {
+            Some(l2) => match l2.lease(&s.key).await {
+                Lease::Found(r) => {
+                    let r = Arc::new(r);
+                    self.l1.insert(r.clone()).await;
+                    return self.cached_duplicate(s, r, Tier::Redis);
+                }
+                Lease::Held(token) => Some(token),
+                Lease::Foreign | Lease::Skipped => None,
+            },
+            None => None,
+        };
+        let outcome = self.committer.claim(s.clone()).await;
+        let (claimed, result) = match outcome {
+            Ok(ClaimOutcome::Claimed(r)) => (true, Arc::new(r)),
+            Ok(ClaimOutcome::Duplicate(r)) => (false, Arc::new(r)),
+            Ok(ClaimOutcome::KeyReused(r)) => {
+                self.release(s, lease).await;
+                // Still a committed result: worth caching for the real owner.
+                self.fill(Arc::new(r)).await;
+                return Err(GateError::KeyReused);
+            }
+            Err(e) => {
+                tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
+                self.release(s, lease).await;
+                return Err(e.into());
+            }
+        };
+        self.fill(result.clone()).await;
+        Ok(Decided {
+            claimed,
+            result,
+            tier: Tier::Database,
+        })
+    }
+
+    async fn fill(&self, result: Arc<StoredResult>) {
+        if let Some(l2) = &self.l2 {
+            l2.store_result(&result).await;
+        }
+        self.l1.insert(result).await;
+    }
+
+    async fn release(&self, s: &Submission, lease: Option<String>) {
+        if let (Some(l2), Some(token)) = (&self.l2, lease) {
+            l2.release(&s.key, &token).await;
+        }
+    }
+
+    /// A cache hit: a duplicate only if the fingerprint matches.
+    fn cached_duplicate(
+        &self,
+        s: &Submission,
+        r: Arc<StoredResult>,
+        tier: Tier,
+    ) -> Result<Decided, GateError> {
+        let (decision, result) = if r.fingerprint == s.fingerprint {
+            (
+                AuditDecision::Duplicate,
+                Ok(Decided {
+                    claimed: false,
+                    result: r,
+                    tier,
+                }),
+            )
+        } else {
+            (AuditDecision::Rejected, Err(GateError::KeyReused))
+        };
+        self.audit_later(s, decision, tier);
+        result
+    }
+
+    fn repeat_in_batch(
+        &self,
+        s: &Submission,
+        first: &Result<Decided, GateError>,
+    ) -> Result<Decided, GateError> {
+        let first = match first {
+            Ok(d) => d,
+            Err(GateError::KeyReused) => return Err(GateError::KeyReused),
+            Err(e) => return Err(clone_error(e)),
+        };
+        let r = first.result.clone();
+        let (decision, result) = if r.fingerprint == s.fingerprint {
+            (
+                AuditDecision::Duplicate,
+                Ok(Decided {
+                    claimed: false,
+                    result: r,
+                    tier: first.tier,
+                }),
+            )
+        } else {
+            (AuditDecision::Rejected, Err(GateError::KeyReused))
+        };
+        self.audit_later(s, decision, first.tier);
+        result
+    }
+
+    fn audit_later(&self, s: &Submission, decision: AuditDecision, tier: Tier) {
+        self.audit.record(AuditEntry {
+            at: crate::store::now_micros(),
+            decision,
+            tier: Some(tier.as_str()),
+            key_prefix: key_prefix(&s.key).to_string(),
+            award_id: s.award_id.clone(),
+            instance: self.instance.clone(),
+            payload_changed: false,
+            detail: (decision == AuditDecision::Rejected)
+                .then(|| "idempotency key reused with a different submission".to_string()),
+        });
+    }
+}
+
+fn clone_result(r: &Result<Decided, GateError>) -> Result<Decided, GateError> {
+    match r {
+        Ok(d) => Ok(d.clone()),
+        Err(e) => Err(clone_error(e)),
+    }
+}
+
+fn clone_error(e: &GateError) -> GateError {
+    match e {
+        GateError::InvalidArgument(m) => GateError::InvalidArgument(m.clone()),
+        GateError::KeyReused => GateError::KeyReused,
+        GateError::Unavailable(m) => GateError::Unavailable(m.clone()),
+        GateError::Overloaded(m) => GateError::Overloaded(m.clone()),
+        GateError::TooLarge(m) => GateError::TooLarge(m.clone()),
+        GateError::DeadlineExceeded => GateError::DeadlineExceeded,
+        GateError::Internal => GateError::Internal,
+    }
+}
+
+/// One INFO line per decision: key prefix and award id, never the payload.
+fn log_decision(s: &Submission, decided: &Result<Decided, GateError>) {
+    match decided {
+        Ok(d) => {
+            let outcome = if d.claimed { "CLAIMED" } else { "DUPLICATE" };
+            metrics::counter!("oncegate_decisions_total", "outcome" => outcome, "tier" => d.tier.as_str())
+                .increment(1);
+            tracing::info!(key = key_prefix(&s.key), award_id = %s.award_id, outcome, tier = d.tier.as_str(), sequence = d.result.disbursement.sequence, "decision");
+        }
+        Err(e) => {
+            metrics::counter!("oncegate_rejections_total", "reason" => e.label()).increment(1);
+            tracing::info!(key = key_prefix(&s.key), award_id = %s.award_id, error = %e, "submission not decided");
+        }
+    }
+}
+
+/// An award id made safe for a log line (it is unvalidated here).
+fn printable(s: &str) -> String {
+    s.chars().take(128).filter(|c| !c.is_control()).collect()
+}

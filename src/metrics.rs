@@ -1,0 +1,128 @@
+//! Prometheus metrics through the `metrics` facade, served on their own port.
+//!
+//! The recorder is process-wide (installed once); each listener renders it.
+
+use axum::{Router, routing::get};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use tokio::net::TcpListener;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Latency buckets in seconds: 50 µs to 5 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// Installs the process-wide recorder (once) and returns its handle.
+pub fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_batch_size".into()), BATCH_BUCKETS))
+                .expect("static bucket lists are non-empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder already installed (only possible in tests that
+            // embed the library): metrics then go there.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = handle();
+    let app = Router::new().route("/metrics", get(move || std::future::ready(handle.render())));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "oncegate_decisions_total",
+        "Decisions by outcome (CLAIMED, DUPLICATE) and deciding tier"
+    );
+    describe_counter!("oncegate_rejections_total", "Requests refused, by reason");
+    describe_histogram!(
+        "oncegate_request_duration_seconds",
+        "gRPC request latency by method and result"
+    );
+    describe_counter!(
+        "oncegate_tier_lookups_total",
+        "Tier lookups by tier and result (hit, miss, error, skipped)"
+    );
+    describe_counter!(
+        "oncegate_tier_errors_total",
+        "Tier call failures by tier and operation"
+    );
+    describe_gauge!(
+        "oncegate_redis_breaker_state",
+        "Redis circuit breaker: 0 closed, 1 open, 2 half-open"
+    );
+    describe_counter!(
+        "oncegate_redis_breaker_transitions_total",
+        "Redis circuit breaker transitions"
+    );
+    describe_counter!(
+        "oncegate_db_transactions_total",
+        "Claim transactions by result (commit, retry, abort)"
+    );
+    describe_gauge!(
+        "oncegate_db_pool_connections",
+        "Database pool connections by state"
+    );
+    describe_histogram!(
+        "oncegate_group_commit_batch_size",
+        "Deliveries per claim transaction"
+    );
+    describe_counter!(
+        "oncegate_group_commit_fallbacks_total",
+        "Batches retried item by item"
+    );
+    describe_counter!(
+        "oncegate_late_redeliveries_total",
+        "Redeliveries of purged claims caught by the ledger key"
+    );
+    describe_counter!(
+        "oncegate_payload_changed_resubmissions_total",
+        "New keys for an award id and timestamp already recorded"
+    );
+    describe_counter!(
+        "oncegate_audit_written_total",
+        "Audit rows written off the hot path"
+    );
+    describe_counter!(
+        "oncegate_audit_dropped_total",
+        "Audit rows dropped (queue full or store down at shutdown)"
+    );
+    describe_gauge!("oncegate_audit_queue_depth", "Audit rows waiting");
+    describe_gauge!("oncegate_outbox_backlog", "Unpublished outbox events");
+    describe_gauge!(
+        "oncegate_outbox_oldest_age_seconds",
+        "Age of the oldest unpublished outbox event"
+    );
+    describe_gauge!("oncegate_outbox_quarantined", "Quarantined outbox events");
+    describe_counter!("oncegate_outbox_published_total", "Outbox events published");
+    describe_counter!("oncegate_outbox_publish_errors_total", "Failed publishes");
+    describe_counter!(
+        "oncegate_outbox_quarantined_total",
+        "Events quarantined after repeated failures"
+    );
+    describe_counter!(
+        "oncegate_purge_deleted_total",
+        "Rows removed by retention, by table"
+    );
+    describe_gauge!(
+        "oncegate_purge_lag_seconds",
+        "How far the oldest claim is past retention"
+    );
+    describe_gauge!("oncegate_in_flight_requests", "Requests being decided");
+}

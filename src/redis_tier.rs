@@ -1,0 +1,404 @@
+//! L2: Redis, shared by every instance.
+//!
+//! `SET {prefix}{key} <token> NX GET EX <lease ttl>` claims an in-flight lease
+//! before the database; a committed result replaces the token for the dedup
+//! window. A key holding a *result* is a duplicate; a key holding *another
+//! instance's token* is not: the database resolves it. On failure the lease
+//! is released by compare-and-delete.
+//!
+//! Every call has a short timeout and goes through a circuit breaker, so a
+//! slow or dead Redis costs at most one timeout per breaker period.
+
+use crate::store::{Disbursement, StoredResult};
+use crate::time_fmt::{from_micros, to_micros};
+use fred::prelude::*;
+use fred::types::{Expiration, SetOptions};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+const RESULT_TAG: &str = "r1|";
+const RELEASE_SCRIPT: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// Redis tier settings.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub url: String,
+    pub key_prefix: String,
+    pub timeout: Duration,
+    pub lease_ttl: Duration,
+    pub dedup_ttl: Duration,
+    pub breaker_threshold: u32,
+    pub breaker_cooldown: Duration,
+}
+
+/// What the lease attempt found.
+#[derive(Debug)]
+pub enum Lease {
+    /// We hold the in-flight lease; release it if the transaction fails.
+    Held(String),
+    /// A committed result: a duplicate.
+    Found(StoredResult),
+    /// Another instance's in-flight token: go to the database, which waits
+    /// for that transaction and resolves it.
+    Foreign,
+    /// Redis skipped (breaker open) or failed: go to the database.
+    Skipped,
+}
+
+pub struct RedisTier {
+    client: Client,
+    settings: RedisSettings,
+    instance: Arc<str>,
+    breaker: Breaker,
+}
+
+impl RedisTier {
+    /// Builds the client and starts connecting in the background; the tier
+    /// works (through the breaker) whether or not Redis is up yet.
+    pub async fn connect(settings: RedisSettings, instance: Arc<str>) -> Result<Self, Error> {
+        let config = Config::from_url(&settings.url)?;
+        let timeout = settings.timeout;
+        let client = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = Duration::from_millis(500).max(timeout);
+                c.internal_command_timeout = Duration::from_secs(2);
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| p.default_command_timeout = timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build()?;
+        // fred's connection task reconnects on its own; waiting briefly here
+        // only makes the first requests after start use the tier.
+        let _connection = client.connect();
+        let _ = tokio::time::timeout(Duration::from_secs(1), client.wait_for_connect()).await;
+        let breaker = Breaker::new(settings.breaker_threshold, settings.breaker_cooldown);
+        Ok(Self {
+            client,
+            settings,
+            instance,
+            breaker,
+        })
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        format!("{}{}", self.settings.key_prefix, key)
+    }
+
+    async fn call<T, F>(&self, op: &'static str, fut: F) -> Option<T>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        match tokio::time::timeout(self.settings.timeout, fut).await {
+            Ok(Ok(v)) => {
+                self.breaker.success();
+                Some(v)
+            }
+            Ok(Err(e)) => {
+                metrics::counter!("oncegate_tier_errors_total", "tier" => "REDIS", "op" => op).increment(1);
+                tracing::debug!(op, error = %e, "redis call failed");
+                self.breaker.failure();
+                None
+            }
+            Err(_) => {
+                metrics::counter!("oncegate_tier_errors_total", "tier" => "REDIS", "op" => op).increment(1);
+                tracing::debug!(op, "redis call timed out");
+                self.breaker.failure();
+                None
+            }
+        }
+    }
+
+    /// Tries to take the in-flight lease for `key`, learning in the same
+    /// round trip whether a result or another token is there.
+    pub async fn lease(&self, key: &str) -> Lease {
+        if !self.breaker.allow() {
+            metrics::counter!("oncegate_tier_lookups_total", "tier" => "REDIS", "result" => "skipped")
+                .increment(1);
+            return Lease::Skipped;
+        }
+        let token = format!("t:{}:{}", self.instance, Uuid::new_v4().simple());
+        let ttl = self.settings.lease_ttl.as_secs().max(1) as i64;
+        let previous: Option<Option<String>> = self
+            .call(
+                "lease",
+                self.client.set::<Option<String>, _, _>(
+                    self.redis_key(key),
+                    token.as_str(),
+                    Some(Expiration::EX(ttl)),
+                    Some(SetOptions::NX),
+                    true,
+                ),
+            )
+            .await;
+        let lease = match previous {
+            None => Lease::Skipped,
+            Some(None) => Lease::Held(token),
+            Some(Some(v)) => match decode(&v) {
+                Some(r) if r.key == key => Lease::Found(r),
+                _ => Lease::Foreign,
+            },
+        };
+        let result = match &lease {
+            Lease::Found(_) => "hit",
+            Lease::Skipped => "error",
+            _ => "miss",
+        };
+        metrics::counter!("oncegate_tier_lookups_total", "tier" => "REDIS", "result" => result).increment(1);
+        lease
+    }
+
+    /// Reads a stored result without leasing (for `Lookup`).
+    pub async fn get(&self, key: &str) -> Option<StoredResult> {
+        if !self.breaker.allow() {
+            return None;
+        }
+        let v: Option<Option<String>> = self
+            .call("get", self.client.get::<Option<String>, _>(self.redis_key(key)))
+            .await;
+        v.flatten().as_deref().and_then(decode).filter(|r| r.key == key)
+    }
+
+    /// Stores a committed result for the dedup window (replacing any token).
+    pub async fn store_result(&self, result: &StoredResult) {
+        if !self.breaker.allow() {
+            return;
+        }
+        let ttl = self.settings.dedup_ttl.as_secs().max(1) as i64;
+        let _: Option<()> = self
+            .call(
+                "store",
+                self.client.set::<(), _, _>(
+                    self.redis_key(&result.key),
+                    encode(result),
+                    Some(Expiration::EX(ttl)),
+                    None,
+                    false,
+                ),
+            )
+            .await;
+    }
+
+    /// Releases our own lease (compare-and-delete): never another's token,
+    /// never a result.
+    pub async fn release(&self, key: &str, token: &str) {
+        if !self.breaker.allow() {
+            return;
+        }
+        let _: Option<i64> = self
+            .call(
+                "release",
+                self.client.eval::<i64, _, _, _>(
+                    RELEASE_SCRIPT,
+                    vec![self.redis_key(key)],
+                    vec![token.to_string()],
+                ),
+            )
+            .await;
+    }
+
+    /// Closes the connection (shutdown).
+    pub async fn quit(&self) {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.client.quit()).await;
+    }
+
+    /// Whether the breaker currently lets calls through.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+}
+
+/// `r1|fingerprint|disbursement id|amount|recorded µs|sequence|key|award id`
+/// (award ids never contain '|'; it is last anyway).
+pub fn encode(r: &StoredResult) -> String {
+    let d = &r.disbursement;
+    format!(
+        "{RESULT_TAG}{}|{}|{}|{}|{}|{}|{}",
+        r.fingerprint,
+        d.id.simple(),
+        d.amount_cents,
+        to_micros(d.recorded_at),
+        d.sequence,
+        r.key,
+        d.award_id
+    )
+}
+
+/// The inverse of [`encode`]; `None` for tokens and anything malformed.
+pub fn decode(v: &str) -> Option<StoredResult> {
+    let mut parts = v.strip_prefix(RESULT_TAG)?.splitn(7, '|');
+    let fingerprint = parts.next()?.to_string();
+    let id = Uuid::parse_str(parts.next()?).ok()?;
+    let amount_cents = parts.next()?.parse().ok()?;
+    let recorded_at = from_micros(parts.next()?.parse().ok()?);
+    let sequence = parts.next()?.parse().ok()?;
+    let key = parts.next()?.to_string();
+    let award_id = parts.next()?.to_string();
+    Some(StoredResult {
+        key,
+        fingerprint,
+        disbursement: Disbursement {
+            id,
+            award_id,
+            amount_cents,
+            recorded_at,
+            sequence,
+        },
+    })
+}
+
+/// Circuit breaker state, also exported as the gauge
+/// `oncegate_redis_breaker_state` (0 closed, 1 open, 2 half-open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Closed { failures: u32 },
+    Open { until: Instant, cooldown: Duration },
+    HalfOpen { cooldown: Duration },
+}
+
+/// Opens after `threshold` consecutive failures; after the cooldown lets one
+/// probe through; closes on its success, reopens with a doubled cooldown
+/// (capped) on its failure. Logs once per state change.
+#[derive(Debug)]
+pub struct Breaker {
+    threshold: u32,
+    cooldown: Duration,
+    inner: Mutex<Inner>,
+}
+
+const MAX_COOLDOWN: Duration = Duration::from_secs(30);
+
+impl Breaker {
+    pub fn new(threshold: u32, cooldown: Duration) -> Self {
+        metrics::gauge!("oncegate_redis_breaker_state").set(0.0);
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            inner: Mutex::new(Inner::Closed { failures: 0 }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn state(&self) -> BreakerState {
+        match *self.lock() {
+            Inner::Closed { .. } => BreakerState::Closed,
+            Inner::Open { .. } => BreakerState::Open,
+            Inner::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// Whether a call may go out now. In the open state, the first call after
+    /// the cooldown is the probe.
+    pub fn allow(&self) -> bool {
+        let mut inner = self.lock();
+        match *inner {
+            Inner::Closed { .. } => true,
+            Inner::HalfOpen { .. } => false,
+            Inner::Open { until, cooldown } => {
+                if Instant::now() >= until {
+                    *inner = Inner::HalfOpen { cooldown };
+                    metrics::gauge!("oncegate_redis_breaker_state").set(2.0);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    pub fn success(&self) {
+        let mut inner = self.lock();
+        match *inner {
+            Inner::Closed { failures: 0 } => {}
+            Inner::Closed { .. } => *inner = Inner::Closed { failures: 0 },
+            _ => {
+                *inner = Inner::Closed { failures: 0 };
+                metrics::gauge!("oncegate_redis_breaker_state").set(0.0);
+                metrics::counter!("oncegate_redis_breaker_transitions_total", "to" => "closed").increment(1);
+                tracing::info!("redis tier recovered; circuit closed");
+            }
+        }
+    }
+
+    pub fn failure(&self) {
+        let mut inner = self.lock();
+        let open_for = match *inner {
+            Inner::Closed { failures } if failures + 1 < self.threshold => {
+                *inner = Inner::Closed {
+                    failures: failures + 1,
+                };
+                return;
+            }
+            Inner::Closed { .. } => self.cooldown,
+            Inner::HalfOpen { cooldown } => (cooldown * 2).min(MAX_COOLDOWN),
+            Inner::Open { .. } => return,
+        };
+        *inner = Inner::Open {
+            until: Instant::now() + open_for,
+            cooldown: open_for,
+        };
+        metrics::gauge!("oncegate_redis_breaker_state").set(1.0);
+        metrics::counter!("oncegate_redis_breaker_transitions_total", "to" => "open").increment(1);
+        tracing::warn!(
+            retry_in_ms = open_for.as_millis() as u64,
+            "redis tier failing; circuit open, serving from the database"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn breaker_opens_probes_and_closes() {
+        let b = Breaker::new(3, Duration::from_secs(1));
+        for _ in 0..3 {
+            assert!(b.allow());
+            b.failure();
+        }
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.allow());
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert!(b.allow(), "first call after the cooldown is the probe");
+        assert!(!b.allow(), "only one probe at a time");
+        b.failure();
+        assert_eq!(b.state(), BreakerState::Open);
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert!(!b.allow(), "cooldown doubled after a failed probe");
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert!(b.allow());
+        b.success();
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn results_round_trip_and_tokens_are_not_results() {
+        let r = StoredResult {
+            key: "k".repeat(64),
+            fingerprint: "f".repeat(64),
+            disbursement: Disbursement {
+                id: Uuid::now_v7(),
+                award_id: "AWD-é".into(),
+                amount_cents: 1234,
+                recorded_at: crate::store::now_micros(),
+                sequence: 7,
+            },
+        };
+        assert_eq!(decode(&encode(&r)), Some(r));
+        assert_eq!(decode("t:pod-a:0123"), None);
+    }
+}

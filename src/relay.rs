@@ -1,0 +1,201 @@
+//! The outbox relay: leases unpublished events (`FOR UPDATE SKIP LOCKED` on
+//! Postgres, so replicas never block each other or share a row), publishes
+//! them in order, marks them published. At least once: a relay that dies
+//! after publishing but before marking leaves the lease to expire, and the
+//! event is published again; the event id lets the broker (JetStream's
+//! `Nats-Msg-Id`) or the consumer drop the repeat.
+//!
+//! A failed publish holds back the rest of that award's events in the batch
+//! (their order matters) until the lease expires, which doubles as the retry
+//! backoff; after `max_attempts` failures the event is quarantined.
+
+pub mod log;
+pub mod nats;
+pub mod redis_stream;
+
+use crate::error::StoreError;
+use crate::store::{OutboxEvent, Store};
+use async_trait::async_trait;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Where events go. Adding a broker is one new file implementing this.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Publishes one event; `Ok` only once the broker has it.
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), String>;
+}
+
+/// The configured sink, parsed from `ONCEGATE_RELAY_SINK`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkSpec {
+    None,
+    Log,
+    Redis(String),
+    Nats(String),
+}
+
+impl SinkSpec {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "none" => Ok(Self::None),
+            "log" => Ok(Self::Log),
+            u if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(Self::Redis(u.into())),
+            u if u.starts_with("nats://") || u.starts_with("tls://") => Ok(Self::Nats(u.into())),
+            other => Err(format!(
+                "ONCEGATE_RELAY_SINK must be none, log, redis://… or nats://…, got {:?}",
+                crate::config::mask_url(other)
+            )),
+        }
+    }
+
+    /// Connects the sink (`None` for `none`).
+    pub async fn connect(&self, stream: &str, maxlen: u64) -> anyhow::Result<Option<Arc<dyn Sink>>> {
+        Ok(match self {
+            Self::None => None,
+            Self::Log => Some(Arc::new(log::LogSink)),
+            Self::Redis(url) => Some(Arc::new(
+                redis_stream::RedisStreamSink::connect(url, stream, maxlen).await?,
+            )),
+            Self::Nats(url) => Some(Arc::new(nats::JetStreamSink::connect(url, stream).await?)),
+        })
+    }
+}
+
+/// Relay settings.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    pub batch: i64,
+    pub lease: Duration,
+    pub poll: Duration,
+    pub max_attempts: i32,
+    pub owner: String,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepReport {
+    pub leased: usize,
+    pub published: usize,
+    pub failed: usize,
+    pub quarantined: usize,
+}
+
+pub struct Relay {
+    store: Arc<dyn Store>,
+    sink: Arc<dyn Sink>,
+    settings: RelaySettings,
+}
+
+impl Relay {
+    pub fn new(store: Arc<dyn Store>, sink: Arc<dyn Sink>, settings: RelaySettings) -> Self {
+        Self {
+            store,
+            sink,
+            settings,
+        }
+    }
+
+    /// Leases a batch. Exposed so tests can stop between publish and mark.
+    pub async fn lease(&self) -> Result<Vec<OutboxEvent>, StoreError> {
+        self.store
+            .lease_outbox(self.settings.batch, self.settings.lease, &self.settings.owner)
+            .await
+    }
+
+    /// Publishes leased events in order; returns the ids published and the
+    /// report. Nothing is marked.
+    pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(Vec<uuid::Uuid>, StepReport), StoreError> {
+        let mut report = StepReport {
+            leased: events.len(),
+            ..Default::default()
+        };
+        let mut held_back: HashSet<&str> = HashSet::new();
+        let mut published = Vec::with_capacity(events.len());
+        for event in events {
+            if held_back.contains(event.award_id.as_str()) {
+                continue;
+            }
+            match self.sink.publish(event).await {
+                Ok(()) => published.push(event.event_id),
+                Err(error) => {
+                    report.failed += 1;
+                    metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name())
+                        .increment(1);
+                    let quarantined = self
+                        .store
+                        .record_publish_failure(event.event_id, &error, self.settings.max_attempts)
+                        .await?;
+                    if quarantined {
+                        report.quarantined += 1;
+                        metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
+                        tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated publish failures");
+                    } else {
+                        held_back.insert(event.award_id.as_str());
+                        tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, error = %error, "publish failed; will retry after the lease");
+                    }
+                }
+            }
+        }
+        report.published = published.len();
+        Ok((published, report))
+    }
+
+    /// One full step: lease, publish, mark.
+    pub async fn step(&self) -> Result<StepReport, StoreError> {
+        let events = self.lease().await?;
+        if events.is_empty() {
+            return Ok(StepReport::default());
+        }
+        let (published, report) = self.publish(&events).await?;
+        if !published.is_empty() {
+            self.store.mark_published(&published).await?;
+            metrics::counter!("oncegate_outbox_published_total", "sink" => self.sink.name())
+                .increment(published.len() as u64);
+        }
+        Ok(report)
+    }
+
+    /// Steps until shutdown: immediately again while there is work, else
+    /// waits for a notification or the poll interval.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(sink = self.sink.name(), "outbox relay started");
+        let mut last_stats = tokio::time::Instant::now() - Duration::from_secs(60);
+        let mut backoff = Duration::from_millis(100);
+        while !*shutdown.borrow() {
+            let busy = match self.step().await {
+                Ok(r) => {
+                    backoff = Duration::from_millis(100);
+                    r.leased as i64 == self.settings.batch && r.failed == 0
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "relay step failed");
+                    tokio::select! {
+                        _ = shutdown.changed() => {}
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+            };
+            if last_stats.elapsed() >= Duration::from_secs(5) {
+                last_stats = tokio::time::Instant::now();
+                if let Ok(s) = self.store.outbox_stats().await {
+                    metrics::gauge!("oncegate_outbox_backlog").set(s.backlog as f64);
+                    metrics::gauge!("oncegate_outbox_oldest_age_seconds").set(s.oldest_age.as_secs_f64());
+                    metrics::gauge!("oncegate_outbox_quarantined").set(s.quarantined as f64);
+                }
+            }
+            if !busy {
+                tokio::select! {
+                    _ = shutdown.changed() => {}
+                    _ = self.store.wait_for_outbox(self.settings.poll) => {}
+                }
+            }
+        }
+        tracing::info!("outbox relay stopped");
+    }
+}

@@ -1,0 +1,64 @@
+//! NATS JetStream sink: publishes to `oncegate.events` with `Nats-Msg-Id` set
+//! to the event id and waits for the stream's ack, so JetStream's duplicate
+//! window drops a relay's retries.
+
+use super::Sink;
+use crate::store::OutboxEvent;
+use async_nats::jetstream::{self, stream};
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// The subject events are published on.
+pub const SUBJECT: &str = "oncegate.events";
+
+pub struct JetStreamSink {
+    context: jetstream::Context,
+}
+
+impl JetStreamSink {
+    /// Connects and makes sure the stream exists (capturing `oncegate.events`).
+    pub async fn connect(url: &str, stream_name: &str) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(5))
+            .retry_on_initial_connect()
+            .connect(url)
+            .await
+            .context("connecting to NATS")?;
+        let context = jetstream::new(client);
+        context
+            .get_or_create_stream(stream::Config {
+                name: stream_name.to_string(),
+                subjects: vec![SUBJECT.to_string()],
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .context("creating the JetStream stream")?;
+        Ok(Self { context })
+    }
+}
+
+#[async_trait]
+impl Sink for JetStreamSink {
+    fn name(&self) -> &'static str {
+        "nats"
+    }
+
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), String> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
+        headers.insert("Oncegate-Award-Id", event.award_id.as_str());
+        headers.insert("Oncegate-Sequence", event.sequence.to_string().as_str());
+        let ack = self
+            .context
+            .publish_with_headers(SUBJECT, headers, event.payload.clone().into())
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::time::timeout(Duration::from_secs(5), ack)
+            .await
+            .map_err(|_| "timed out waiting for the JetStream ack".to_string())?
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}

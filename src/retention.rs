@@ -1,0 +1,62 @@
+//! Retention (2 CFR §200.334): claims and audit rows older than the
+//! retention period are purged; published outbox rows after their own,
+//! shorter window. One instance purges at a time (the store's lock).
+
+use crate::store::{PurgeReport, RetentionPolicy, Store};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub struct Retention {
+    store: Arc<dyn Store>,
+    policy: RetentionPolicy,
+}
+
+impl Retention {
+    pub fn new(store: Arc<dyn Store>, policy: RetentionPolicy) -> Self {
+        Self { store, policy }
+    }
+
+    /// One purge run, with its metrics.
+    pub async fn step(&self) -> Result<PurgeReport, crate::error::StoreError> {
+        let report = self.store.purge(&self.policy).await?;
+        if report.ran {
+            metrics::counter!("oncegate_purge_deleted_total", "table" => "processed_messages")
+                .increment(report.claims_deleted);
+            metrics::counter!("oncegate_purge_deleted_total", "table" => "audit_log")
+                .increment(report.audit_deleted);
+            metrics::counter!("oncegate_purge_deleted_total", "table" => "outbox")
+                .increment(report.outbox_deleted);
+            let lag = report
+                .oldest_claim_age
+                .map(|age| age.saturating_sub(self.policy.retention))
+                .unwrap_or_default();
+            metrics::gauge!("oncegate_purge_lag_seconds").set(lag.as_secs_f64());
+            tracing::info!(
+                claims = report.claims_deleted,
+                audit = report.audit_deleted,
+                outbox = report.outbox_deleted,
+                "retention purge done"
+            );
+        } else {
+            tracing::debug!("retention purge skipped: another instance holds the lock");
+        }
+        Ok(report)
+    }
+
+    /// Purges every `interval` until shutdown.
+    pub async fn run(self, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => {
+                    if let Err(e) = self.step().await {
+                        tracing::warn!(error = %e, "retention purge failed");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The gRPC service `oncegate.v1.Gate`: admission (in-flight limit), the
+//! caller's deadline, and the mapping between the wire and the gate.
+
+use crate::error::GateError;
+use crate::gate::{Decided, Gate, Tier};
+use crate::pb;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+pub struct GateService {
+    gate: Arc<Gate>,
+    in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
+    max_batch_items: usize,
+}
+
+impl GateService {
+    pub fn new(gate: Arc<Gate>, max_in_flight: usize, max_batch_items: usize) -> Self {
+        Self {
+            gate,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
+            max_batch_items,
+        }
+    }
+
+    fn admit(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
+        self.in_flight
+            .clone()
+            .try_acquire_many_owned(n as u32)
+            .map_err(|_| {
+                GateError::Overloaded(format!(
+                    "more than {} requests in flight; retry with backoff",
+                    self.max_in_flight
+                ))
+            })
+    }
+}
+
+/// Runs `work` to completion in its own task (a caller that gives up never
+/// cuts a transaction in half), answering `DEADLINE_EXCEEDED` if the caller's
+/// `grpc-timeout` passes first.
+async fn within_deadline<T: Send + 'static>(
+    deadline: Option<Instant>,
+    work: impl Future<Output = Result<T, GateError>> + Send + 'static,
+) -> Result<T, GateError> {
+    let task = tokio::spawn(work);
+    let joined = match deadline {
+        Some(d) => tokio::time::timeout_at(d, task)
+            .await
+            .map_err(|_| GateError::DeadlineExceeded)?,
+        None => task.await,
+    };
+    joined.map_err(|e| {
+        tracing::error!(error = %e, "decision task failed");
+        GateError::Internal
+    })?
+}
+
+/// The caller's deadline, a little early so our answer beats the transport's.
+fn deadline_of<T>(req: &Request<T>) -> Option<Instant> {
+    let value = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    let timeout = match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    };
+    let margin = (timeout / 20).min(Duration::from_millis(5));
+    Some(Instant::now() + timeout.saturating_sub(margin))
+}
+
+fn decision(d: &Decided) -> pb::Decision {
+    let r = &d.result;
+    pb::Decision {
+        outcome: if d.claimed {
+            pb::Outcome::Claimed
+        } else {
+            pb::Outcome::Duplicate
+        } as i32,
+        idempotency_key: r.key.clone(),
+        disbursement: Some(pb::Disbursement {
+            id: r.disbursement.id.to_string(),
+            award_id: r.disbursement.award_id.clone(),
+            amount_cents: r.disbursement.amount_cents,
+            recorded_at: crate::time_fmt::rfc3339(r.disbursement.recorded_at),
+            sequence: r.disbursement.sequence,
+        }),
+        decided_by: match d.tier {
+            Tier::LocalCache => pb::Tier::LocalCache,
+            Tier::Redis => pb::Tier::Redis,
+            Tier::Database => pb::Tier::Database,
+        } as i32,
+    }
+}
+
+fn observe(method: &'static str, start: Instant, result: &str) {
+    metrics::histogram!("oncegate_request_duration_seconds", "method" => method, "result" => result.to_string())
+        .record(start.elapsed().as_secs_f64());
+}
+
+fn result_label(r: &Result<Decided, GateError>) -> &'static str {
+    match r {
+        Ok(d) if d.claimed => "claimed",
+        Ok(_) => "duplicate",
+        Err(e) => e.label(),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::gate_server::Gate for GateService {
+    async fn submit(&self, req: Request<pb::Submission>) -> Result<Response<pb::Decision>, Status> {
+        let start = Instant::now();
+        let deadline = deadline_of(&req);
+        let permit = self
+            .admit(1)
+            .inspect_err(|_| observe("Submit", start, "overloaded"))?;
+        let gate = self.gate.clone();
+        let submission = req.into_inner();
+        let result = within_deadline(deadline, async move {
+            let _permit = permit;
+            gate.submit(&submission).await
+        })
+        .await;
+        observe("Submit", start, result_label(&result));
+        Ok(Response::new(decision(&result?)))
+    }
+
+    async fn submit_batch(
+        &self,
+        req: Request<pb::SubmitBatchRequest>,
+    ) -> Result<Response<pb::SubmitBatchResponse>, Status> {
+        let start = Instant::now();
+        let deadline = deadline_of(&req);
+        let items = req.into_inner().submissions;
+        if items.len() > self.max_batch_items {
+            return Err(GateError::TooLarge(format!(
+                "submissions has {} items, at most {} allowed",
+                items.len(),
+                self.max_batch_items
+            ))
+            .into());
+        }
+        let permit = self.admit(items.len().max(1))?;
+        let gate = self.gate.clone();
+        let results = within_deadline(deadline, async move {
+            let _permit = permit;
+            Ok(gate.submit_batch(&items).await)
+        })
+        .await;
+        observe("SubmitBatch", start, if results.is_ok() { "ok" } else { "error" });
+        let results = results?
+            .into_iter()
+            .map(|r| pb::Result {
+                result: Some(match r {
+                    Ok(d) => pb::result::Result::Decision(decision(&d)),
+                    Err(e) => pb::result::Result::Error(pb::Error {
+                        code: e.code() as i32,
+                        message: e.to_string(),
+                    }),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::SubmitBatchResponse { results }))
+    }
+
+    async fn lookup(&self, req: Request<pb::LookupRequest>) -> Result<Response<pb::LookupResponse>, Status> {
+        let start = Instant::now();
+        let deadline = deadline_of(&req);
+        let gate = self.gate.clone();
+        let key = req.into_inner().idempotency_key;
+        let found = within_deadline(deadline, async move { gate.lookup(&key).await }).await;
+        observe("Lookup", start, if found.is_ok() { "ok" } else { "error" });
+        Ok(Response::new(match found? {
+            Some(d) => pb::LookupResponse {
+                found: true,
+                decision: Some(decision(&d)),
+            },
+            None => pb::LookupResponse {
+                found: false,
+                decision: None,
+            },
+        }))
+    }
+}

@@ -1,0 +1,545 @@
+//! The embedded default store: one SQLite file in WAL mode with full
+//! synchronous durability. Same tables, same one-transaction claim.
+//!
+//! SQLite has one writer at a time, so the write pool has one connection and
+//! every write transaction starts `IMMEDIATE`: no `SKIP LOCKED` is needed for
+//! the relay's leases, and no advisory lock for the purge, because nothing
+//! can interleave with a write transaction. The relay polls, and is woken
+//! in-process after each commit that wrote outbox rows.
+
+use super::*;
+use crate::error::StoreError;
+use crate::key::key_prefix;
+use crate::time_fmt::{from_micros, to_micros};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use tokio::sync::Notify;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    outbox_written: Notify,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file at `path`.
+    pub async fn open(path: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options.read_only(true));
+        Ok(Self {
+            writer,
+            reader,
+            outbox_written: Notify::new(),
+        })
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+const SELECT_STORED: &str = "SELECT idempotency_key, fingerprint, id, award_id, amount_cents, \
+     recorded_at, sequence FROM disbursements WHERE idempotency_key = ?";
+
+fn stored_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredResult, StoreError> {
+    let id: String = row.try_get("id")?;
+    Ok(StoredResult {
+        key: row.try_get("idempotency_key")?,
+        fingerprint: row.try_get("fingerprint")?,
+        disbursement: Disbursement {
+            id: Uuid::parse_str(&id).map_err(|e| StoreError::Other(format!("bad uuid {id}: {e}")))?,
+            award_id: row.try_get("award_id")?,
+            amount_cents: row.try_get("amount_cents")?,
+            recorded_at: from_micros(row.try_get("recorded_at")?),
+            sequence: row.try_get("sequence")?,
+        },
+    })
+}
+
+async fn load_stored(
+    tx: &mut Transaction<'_, Sqlite>,
+    key: &str,
+) -> Result<Option<StoredResult>, StoreError> {
+    let row = sqlx::query(SELECT_STORED)
+        .bind(key)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.as_ref().map(stored_from_row).transpose()
+}
+
+/// The side effects of one claimed item: total, ledger row, outbox event,
+/// audit row. Returns the ledger row, or `None` when the ledger already
+/// holds the key (a claim purged long ago: late redelivery).
+async fn apply_claim(
+    tx: &mut Transaction<'_, Sqlite>,
+    s: &Submission,
+    id: Uuid,
+    now: OffsetDateTime,
+    ctx: &ClaimContext,
+) -> Result<Option<Disbursement>, StoreError> {
+    let now_us = to_micros(now);
+    let sequence: i64 = sqlx::query_scalar(
+        "INSERT INTO award_balances (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
+         VALUES (?1, ?2, 1, 1, ?3) \
+         ON CONFLICT (award_id) DO UPDATE SET total_cents = total_cents + excluded.total_cents, \
+           disbursement_count = disbursement_count + 1, last_sequence = last_sequence + 1, \
+           updated_at = excluded.updated_at \
+         RETURNING last_sequence",
+    )
+    .bind(&s.award_id)
+    .bind(s.amount_cents)
+    .bind(now_us)
+    .fetch_one(&mut **tx)
+    .await?;
+    // Checked before this item's own ledger row exists; earlier items of the
+    // batch are already in, so a within-batch payload change is seen too.
+    let payload_changed: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM disbursements \
+           WHERE award_id = ?1 AND submission_timestamp = ?2 AND idempotency_key <> ?3)",
+    )
+    .bind(&s.award_id)
+    .bind(&s.submission_timestamp)
+    .bind(&s.key)
+    .fetch_one(&mut **tx)
+    .await?;
+    let d = Disbursement {
+        id,
+        award_id: s.award_id.clone(),
+        amount_cents: s.amount_cents,
+        recorded_at: now,
+        sequence,
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
+           submission_timestamp, payload_digest, fingerprint, recorded_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (idempotency_key) DO NOTHING",
+    )
+    .bind(id.to_string())
+    .bind(&s.key)
+    .bind(&s.award_id)
+    .bind(s.amount_cents)
+    .bind(sequence)
+    .bind(&s.submission_timestamp)
+    .bind(&s.payload_digest)
+    .bind(&s.fingerprint)
+    .bind(now_us)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Ok(None);
+    }
+    let event_id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
+         VALUES (?1, 'disbursement.recorded', ?2, ?3, ?4, ?5)",
+    )
+    .bind(event_id.to_string())
+    .bind(&s.award_id)
+    .bind(sequence)
+    .bind(event_json(event_id, s, &d))
+    .bind(now_us)
+    .execute(&mut **tx)
+    .await?;
+    if payload_changed {
+        metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(1);
+    }
+    insert_audit_row(tx, now, "processed", None, s, ctx, payload_changed, None).await?;
+    Ok(Some(d))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_audit_row(
+    tx: &mut Transaction<'_, Sqlite>,
+    at: OffsetDateTime,
+    decision: &str,
+    tier: Option<&str>,
+    s: &Submission,
+    ctx: &ClaimContext,
+    payload_changed: bool,
+    detail: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .bind(to_micros(at))
+    .bind(decision)
+    .bind(tier)
+    .bind(key_prefix(&s.key))
+    .bind(&s.award_id)
+    .bind(&*ctx.instance)
+    .bind(payload_changed)
+    .bind(detail)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn claim_in_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    items: &[&Submission],
+    ctx: &ClaimContext,
+) -> Result<(Vec<ClaimOutcome>, bool), StoreError> {
+    let now = now_micros();
+    let mut outcomes = Vec::with_capacity(items.len());
+    let mut late = Vec::new();
+    let mut wrote_outbox = false;
+    for s in items {
+        let id = Uuid::now_v7();
+        let claimed = sqlx::query(
+            "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (idempotency_key) DO NOTHING",
+        )
+        .bind(&s.key)
+        .bind(&s.award_id)
+        .bind(&s.fingerprint)
+        .bind(id.to_string())
+        .bind(to_micros(now))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if claimed {
+            match apply_claim(tx, s, id, now, ctx).await? {
+                Some(d) => {
+                    wrote_outbox = true;
+                    outcomes.push(ClaimOutcome::Claimed(StoredResult {
+                        key: s.key.clone(),
+                        fingerprint: s.fingerprint.clone(),
+                        disbursement: d,
+                    }));
+                }
+                None => late.push(s.key.clone()),
+            }
+            continue;
+        }
+        let stored = load_stored(tx, &s.key)
+            .await?
+            .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key))))?;
+        let outcome = outcome_for(s, stored);
+        let (decision, detail) = match outcome {
+            ClaimOutcome::KeyReused(_) => (
+                "rejected",
+                Some("idempotency key reused with a different submission"),
+            ),
+            _ => ("duplicate", None),
+        };
+        insert_audit_row(tx, now, decision, Some("DATABASE"), s, ctx, false, detail).await?;
+        outcomes.push(outcome);
+    }
+    if !late.is_empty() {
+        return Err(StoreError::LateRedelivery(late));
+    }
+    Ok((outcomes, wrote_outbox))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.writer).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
+            other => StoreError::Other(format!("migration failed: {other}")),
+        })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn claim_unique(
+        &self,
+        items: &[&Submission],
+        ctx: &ClaimContext,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        let (outcomes, wrote_outbox) = claim_in_tx(&mut tx, items, ctx).await?;
+        tx.commit().await?;
+        if wrote_outbox {
+            self.outbox_written.notify_waiters();
+        }
+        Ok(outcomes)
+    }
+
+    async fn restore_claims(&self, keys: &[String]) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        for key in keys {
+            sqlx::query(
+                "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
+                 SELECT idempotency_key, award_id, fingerprint, id, ?2 FROM disbursements \
+                 WHERE idempotency_key = ?1 ON CONFLICT (idempotency_key) DO NOTHING",
+            )
+            .bind(key)
+            .bind(to_micros(OffsetDateTime::now_utc()))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn lookup(&self, key: &str) -> Result<Option<StoredResult>, StoreError> {
+        let row = sqlx::query(SELECT_STORED)
+            .bind(key)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(stored_from_row).transpose()
+    }
+
+    async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        for r in rows {
+            sqlx::query(
+                "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .bind(to_micros(r.at))
+            .bind(r.decision.as_str())
+            .bind(r.tier)
+            .bind(&r.key_prefix)
+            .bind(&r.award_id)
+            .bind(&*r.instance)
+            .bind(r.payload_changed)
+            .bind(r.detail.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn lease_outbox(
+        &self,
+        limit: i64,
+        lease: Duration,
+        owner: &str,
+    ) -> Result<Vec<OutboxEvent>, StoreError> {
+        let now = to_micros(OffsetDateTime::now_utc());
+        let rows = sqlx::query(
+            "UPDATE outbox SET leased_until = ?2, lease_owner = ?3 \
+             WHERE event_id IN ( \
+               SELECT event_id FROM outbox \
+               WHERE published_at IS NULL AND quarantined_at IS NULL \
+                 AND (leased_until IS NULL OR leased_until < ?4) \
+               ORDER BY created_at, sequence LIMIT ?1) \
+             RETURNING event_id, event_type, award_id, sequence, payload, attempts, created_at",
+        )
+        .bind(limit)
+        .bind(now + lease.as_micros() as i64)
+        .bind(owner)
+        .bind(now)
+        .fetch_all(&self.writer)
+        .await?;
+        let mut events = rows
+            .iter()
+            .map(|r| {
+                let id: String = r.try_get("event_id")?;
+                Ok((
+                    r.try_get::<i64, _>("created_at")?,
+                    OutboxEvent {
+                        event_id: Uuid::parse_str(&id).map_err(|e| StoreError::Other(e.to_string()))?,
+                        event_type: r.try_get("event_type")?,
+                        award_id: r.try_get("award_id")?,
+                        sequence: r.try_get("sequence")?,
+                        payload: r.try_get("payload")?,
+                        attempts: r.try_get("attempts")?,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.sequence.cmp(&b.1.sequence)));
+        Ok(events.into_iter().map(|(_, e)| e).collect())
+    }
+
+    async fn mark_published(&self, ids: &[Uuid]) -> Result<(), StoreError> {
+        let now = to_micros(OffsetDateTime::now_utc());
+        let mut tx = self.begin().await?;
+        for id in ids {
+            sqlx::query("UPDATE outbox SET published_at = ?2, leased_until = NULL WHERE event_id = ?1")
+                .bind(id.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn record_publish_failure(
+        &self,
+        id: Uuid,
+        error: &str,
+        max_attempts: i32,
+    ) -> Result<bool, StoreError> {
+        let quarantined: Option<bool> = sqlx::query_scalar(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = NULL, \
+               quarantined_at = CASE WHEN attempts + 1 >= ?3 THEN ?4 END \
+             WHERE event_id = ?1 RETURNING quarantined_at IS NOT NULL",
+        )
+        .bind(id.to_string())
+        .bind(error)
+        .bind(max_attempts)
+        .bind(to_micros(OffsetDateTime::now_utc()))
+        .fetch_optional(&self.writer)
+        .await?;
+        Ok(quarantined.unwrap_or(false))
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        let row = sqlx::query(
+            "SELECT count(*) FILTER (WHERE quarantined_at IS NULL), \
+               min(created_at) FILTER (WHERE quarantined_at IS NULL), \
+               count(*) FILTER (WHERE quarantined_at IS NOT NULL) \
+             FROM outbox WHERE published_at IS NULL",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        let oldest: Option<i64> = row.try_get(1)?;
+        let now = to_micros(OffsetDateTime::now_utc());
+        Ok(OutboxStats {
+            backlog: row.try_get(0)?,
+            oldest_age: oldest
+                .map(|t| Duration::from_micros((now - t).max(0) as u64))
+                .unwrap_or_default(),
+            quarantined: row.try_get(2)?,
+        })
+    }
+
+    async fn purge(&self, policy: &RetentionPolicy) -> Result<PurgeReport, StoreError> {
+        let now = OffsetDateTime::now_utc();
+        let cutoff = to_micros(now - policy.retention);
+        let outbox_cutoff = to_micros(now - policy.outbox_retention);
+        let mut report = PurgeReport {
+            ran: true,
+            ..Default::default()
+        };
+        report.claims_deleted = self
+            .delete_in_batches(
+                "DELETE FROM processed_messages WHERE idempotency_key IN ( \
+                   SELECT idempotency_key FROM processed_messages WHERE claimed_at < ?1 \
+                   ORDER BY claimed_at LIMIT ?2)",
+                cutoff,
+                policy.batch_size,
+                false,
+            )
+            .await?;
+        report.audit_deleted = self
+            .delete_in_batches(
+                "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < ?1 LIMIT ?2)",
+                cutoff,
+                policy.batch_size,
+                true,
+            )
+            .await?;
+        report.outbox_deleted = self
+            .delete_in_batches(
+                "DELETE FROM outbox WHERE event_id IN ( \
+                   SELECT event_id FROM outbox WHERE published_at < ?1 LIMIT ?2)",
+                outbox_cutoff,
+                policy.batch_size,
+                false,
+            )
+            .await?;
+        let oldest: Option<i64> = sqlx::query_scalar("SELECT min(claimed_at) FROM processed_messages")
+            .fetch_one(&self.reader)
+            .await?;
+        report.oldest_claim_age =
+            oldest.map(|t| Duration::from_micros((to_micros(OffsetDateTime::now_utc()) - t).max(0) as u64));
+        Ok(report)
+    }
+
+    async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError> {
+        let r = sqlx::query(
+            "SELECT \
+               (SELECT count(*) FROM processed_messages), \
+               (SELECT count(*) FROM disbursements), \
+               (SELECT coalesce(sum(amount_cents), 0) FROM disbursements), \
+               (SELECT count(*) FROM award_balances b FULL JOIN ( \
+                  SELECT award_id, sum(amount_cents) AS s, count(*) AS n, max(sequence) AS m \
+                  FROM disbursements GROUP BY award_id) d USING (award_id) \
+                WHERE b.total_cents IS DISTINCT FROM d.s OR b.disbursement_count IS DISTINCT FROM d.n \
+                   OR b.last_sequence IS DISTINCT FROM d.m), \
+               (SELECT count(*) FROM (SELECT award_id FROM disbursements GROUP BY award_id \
+                  HAVING max(sequence) <> count(*) OR min(sequence) <> 1)), \
+               (SELECT count(*) FROM outbox), \
+               (SELECT count(*) FROM outbox WHERE published_at IS NULL), \
+               (SELECT count(*) FROM audit_log WHERE decision = 'processed'), \
+               (SELECT count(*) FROM audit_log WHERE decision = 'duplicate')",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(LedgerSummary {
+            claims: r.try_get(0)?,
+            disbursements: r.try_get(1)?,
+            total_cents: r.try_get(2)?,
+            mismatched_awards: r.try_get(3)?,
+            sequence_gaps: r.try_get(4)?,
+            outbox_events: r.try_get(5)?,
+            outbox_unpublished: r.try_get(6)?,
+            audit_processed: r.try_get(7)?,
+            audit_duplicates: r.try_get(8)?,
+        })
+    }
+
+    async fn wait_for_outbox(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.outbox_written.notified()).await;
+    }
+}
+
+impl SqliteStore {
+    /// Runs a `(cutoff, batch)` delete until a batch comes back short, each
+    /// batch its own transaction; `audit` opens the purge gate inside it.
+    async fn delete_in_batches(
+        &self,
+        sql: &'static str,
+        cutoff: i64,
+        batch: i64,
+        audit: bool,
+    ) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let mut tx = self.begin().await?;
+            if audit {
+                sqlx::query("INSERT INTO oncegate_purge_gate (open) VALUES (1)")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let n = sqlx::query(sql)
+                .bind(cutoff)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if audit {
+                sqlx::query("DELETE FROM oncegate_purge_gate")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            total += n;
+            if n < batch as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
