@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+#
+# oncegate container image.
+#   docker build -t ghcr.io/oncegate/oncegate:0.1.0 .
+#
+# The image keeps the binary's defaults: the Gate listens on 127.0.0.1:50051
+# (a sidecar is reached only from its own pod) and metrics on 127.0.0.1:9464.
+# The Helm chart sets the listeners it needs; to reach a container started by
+# hand, widen the listener on purpose, e.g.
+#   docker run -p 50051:50051 -e ONCEGATE_LISTEN=0.0.0.0:50051 ghcr.io/oncegate/oncegate:0.1.0
+
+FROM rust:1.95-bookworm AS builder
+WORKDIR /src
+COPY . .
+# Cargo.lock is the contract (--locked); the caches only speed up rebuilds.
+# No protoc needed (build.rs uses protox); the bundled SQLite and ring build
+# with the image's C compiler.
+RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
+    --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    cargo build --release --locked --bin oncegate \
+ && install -D -m 0755 target/release/oncegate /out/oncegate
+
+# glibc + libgcc + CA certificates, no shell, no package manager; uid 65532.
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="oncegate" \
+      org.opencontainers.image.description="Exactly-once effect for message consumers over at-least-once brokers: a gRPC sidecar" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/oncegate /oncegate
+# numeric, so the kubelet can verify runAsNonRoot without a runAsUser
+USER 65532:65532
+# writable only when run without a read-only root filesystem: the default
+# embedded store ./oncegate.db then lands in the nonroot home directory
+WORKDIR /home/nonroot
+# Gate, health-only listener (when ONCEGATE_HEALTH_LISTEN is set), metrics
+EXPOSE 50051 50052 9464
+ENTRYPOINT ["/oncegate"]
+CMD ["serve"]

@@ -1,0 +1,706 @@
+"""Checks of the oncegate Helm chart, offline: lint, render, Kubernetes 1.30
+schemas, the locked-down security context, secrets by reference, probes,
+shutdown budget, the migration hook and the two-line sidecar include.
+
+Run through `helm/check`, which prepares the virtualenv.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import re
+import shutil
+from typing import Any, Iterator
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CHART = REPO / "helm" / "oncegate"
+VALUES_DIR = HERE / "values"
+KUBE_VERSION = "1.30"
+RELEASE = "rel"
+NAMESPACE = "payments"
+
+VALUES_FILES = sorted(p.stem for p in VALUES_DIR.glob("*.yaml"))
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet", "Pod"}
+PROMETHEUS_OPERATOR_GROUP = "monitoring.coreos.com"
+
+
+# --------------------------------------------------------------------------
+# rendering
+
+
+def load_values(name: str) -> dict[str, Any]:
+    """A values file parsed the way `helm -f` parses it."""
+    return helm.values_from_yaml((VALUES_DIR / f"{name}.yaml").read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+def render_raw(values: dict[str, Any], chart_obj: helm.Chart | None = None) -> dict[str, str]:
+    return (chart_obj or chart()).render(
+        values, name=RELEASE, namespace=NAMESPACE, is_install=True
+    )
+
+
+def parse_manifests(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    docs = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc.setdefault("metadata", {})
+                docs.append(doc)
+    return docs
+
+
+@functools.lru_cache(maxsize=None)
+def _render_file(name: str) -> tuple[str, str]:
+    rendered = render_raw(load_values(name))
+    notes = "".join(v for k, v in rendered.items() if k.endswith("NOTES.txt"))
+    return json.dumps(parse_manifests(rendered)), notes
+
+
+def render(name: str) -> list[dict[str, Any]]:
+    """The manifests rendered with helm/tests/values/<name>.yaml (a fresh copy)."""
+    return json.loads(_render_file(name)[0])
+
+
+def notes(name: str) -> str:
+    return _render_file(name)[1]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = of_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    if workload["kind"] == "Pod":
+        return workload["spec"]
+    return workload["spec"]["template"]["spec"]
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for d in docs:
+        if d["kind"] in WORKLOAD_KINDS:
+            yield f"{d['kind']}/{d['metadata']['name']}", pod_spec(d)
+        elif d["kind"] == "CronJob":
+            yield f"CronJob/{d['metadata']['name']}", d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def all_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return (
+        spec.get("initContainers", [])
+        + spec.get("containers", [])
+        + spec.get("ephemeralContainers", [])
+    )
+
+
+def sidecar_of(spec: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in all_containers(spec) if c["name"] == "oncegate"]
+    assert len(found) == 1, "expected exactly one container named oncegate"
+    return found[0]
+
+
+def deployment_sidecar(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = pod_spec(one(docs, "Deployment"))
+    return spec, sidecar_of(spec)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    names = [e["name"] for e in container.get("env", [])]
+    assert len(names) == len(set(names)), f"duplicate env names in {container['name']}: {names}"
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def host_of(address: str) -> str:
+    return address.rsplit(":", 1)[0].strip("[]")
+
+
+# --------------------------------------------------------------------------
+# lint and schema
+
+
+def test_values_files_cover_the_required_scenarios():
+    assert {"minimal", "production", "tls", "observability", "sqlite", "demo"} <= set(VALUES_FILES)
+
+
+@pytest.mark.parametrize("values_name", [None, *VALUES_FILES])
+def test_lint_strict(values_name):
+    values = load_values(values_name) if values_name else None
+    report = helm.lint(CHART, values, strict=True, kube_version="v1.30.0", namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], json.dumps(report, indent=2)
+
+
+def test_values_schema_is_closed():
+    """Every object the schema describes field by field rejects unknown keys."""
+    open_objects = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "properties" in node:
+            if node.get("additionalProperties") is not False:
+                open_objects.append(path or "<root>")
+            for key, child in node["properties"].items():
+                walk(child, f"{path}.{key}" if path else key)
+
+    walk(chart().schema, "")
+    assert open_objects == []
+
+
+@pytest.mark.parametrize(
+    "override, complaint",
+    [
+        ({"imagee": {"tag": "x"}}, "imagee"),
+        ({"gate": {"port": "50051"}}, "/gate/port"),
+        ({"relay": {"sink": "redis://:secret@redis:6379"}}, "/relay/sink"),
+        ({"logFormat": "xml"}, "/logFormat"),
+        ({"database": {"insecureDemoUrl": "mysql://x"}}, "/database/insecureDemoUrl"),
+        ({"sqlite": {"path": "oncegate.db"}}, "/sqlite/path"),
+        ({"gate": {"bindAddress": "localhost"}}, "/gate/bindAddress"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+    ],
+)
+def test_schema_rejects_bad_values(override, complaint):
+    with pytest.raises(helm.HelmValuesError, match=re.escape(complaint)):
+        render_raw(override)
+
+
+@pytest.mark.parametrize(
+    "override, complaint",
+    [
+        ({"example": {"replicaCount": 2}}, "own ledger"),
+        ({"terminationGracePeriodSeconds": 20}, "terminationGracePeriodSeconds"),
+        ({"gate": {"bindAddress": "0.0.0.0"}}, "enable tls"),
+        ({"tls": {"enabled": True}}, "tls.secretName"),
+        (
+            {"database": {"existingSecret": "pg", "insecureDemoUrl": "postgres://u:p@h/d"}},
+            "not both",
+        ),
+        ({"redis": {"existingSecret": "r", "insecureDemoUrl": "redis://h"}}, "not both"),
+    ],
+)
+def test_template_guards_fail_with_a_message_naming_the_value(override, complaint):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(complaint)):
+        render_raw(override)
+
+
+# --------------------------------------------------------------------------
+# Kubernetes 1.30 validity
+
+
+def check_service_monitor(sm: dict[str, Any], docs: list[dict[str, Any]]) -> list[str]:
+    """ServiceMonitor is a CRD without a bundled schema: check its fields here."""
+    errors = []
+    allowed_top = {"apiVersion", "kind", "metadata", "spec"}
+    allowed_spec = {"selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels",
+                    "podTargetLabels", "sampleLimit", "targetLimit", "attachMetadata"}
+    allowed_endpoint = {"port", "targetPort", "path", "scheme", "interval", "scrapeTimeout",
+                        "honorLabels", "honorTimestamps", "relabelings", "metricRelabelings",
+                        "tlsConfig", "bearerTokenSecret", "authorization", "basicAuth", "params",
+                        "followRedirects", "enableHttp2", "filterRunning", "proxyUrl", "oauth2"}
+    duration = re.compile(r"^(0|([0-9]+(ms|s|m|h))+)$")
+    if sm["apiVersion"] != "monitoring.coreos.com/v1":
+        errors.append(f"apiVersion {sm['apiVersion']}")
+    if set(sm) - allowed_top:
+        errors.append(f"unknown top-level fields {set(sm) - allowed_top}")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", sm["metadata"].get("name", "")):
+        errors.append("metadata.name is not a DNS subdomain")
+    spec = sm.get("spec", {})
+    if set(spec) - allowed_spec:
+        errors.append(f"unknown spec fields {set(spec) - allowed_spec}")
+    match = spec.get("selector", {}).get("matchLabels") or {}
+    if not match:
+        errors.append("spec.selector.matchLabels is empty (would select every Service)")
+    services = [s for s in of_kind(docs, "Service")
+                if match.items() <= (s["metadata"].get("labels") or {}).items()]
+    if len(services) != 1:
+        errors.append(f"selector {match} matches {len(services)} rendered Services, want 1")
+    ns = spec.get("namespaceSelector", {})
+    if ns and ns.get("matchNames") != [NAMESPACE]:
+        errors.append(f"namespaceSelector {ns} is not the release namespace")
+    endpoints = spec.get("endpoints") or []
+    if not endpoints:
+        errors.append("no endpoints")
+    for i, ep in enumerate(endpoints):
+        if set(ep) - allowed_endpoint:
+            errors.append(f"endpoints[{i}] unknown fields {set(ep) - allowed_endpoint}")
+        if services and ep.get("port") not in {p.get("name") for p in services[0]["spec"]["ports"]}:
+            errors.append(f"endpoints[{i}].port {ep.get('port')!r} is not a named Service port")
+        if not str(ep.get("path", "/metrics")).startswith("/"):
+            errors.append(f"endpoints[{i}].path must start with /")
+        if ep.get("scheme", "http") not in {"http", "https"}:
+            errors.append(f"endpoints[{i}].scheme {ep.get('scheme')}")
+        for key in ("interval", "scrapeTimeout"):
+            if key in ep and not duration.match(str(ep[key])):
+                errors.append(f"endpoints[{i}].{key} {ep[key]!r} is not a duration")
+    return errors
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_rendered_manifests_validate_against_kubernetes_1_30_strict(values_name):
+    docs = render(values_name)
+    assert docs, "nothing rendered"
+    errors = []
+    for doc in docs:
+        where = f"{doc.get('kind')}/{doc['metadata'].get('name')}"
+        if doc.get("apiVersion", "").split("/")[0] == PROMETHEUS_OPERATOR_GROUP:
+            errors += [f"{where}: {e}" for e in check_service_monitor(doc, docs)]
+            continue
+        if "namespace" in doc["metadata"]:
+            errors.append(f"{where}: hard-codes metadata.namespace")
+        try:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(str(p) for p in e.path)
+            errors.append(f"{where}: {path}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            errors.append(f"{where}: {e.message}")
+    assert errors == []
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_names_fit_kubernetes_limits(values_name):
+    for doc in render(values_name):
+        name = doc["metadata"]["name"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
+        for _, spec in pod_specs([doc]):
+            for c in all_containers(spec):
+                for p in c.get("ports", []):
+                    assert len(p["name"]) <= 15, p
+                    assert p["containerPort"] == int(p["containerPort"])
+
+
+def test_long_release_names_stay_within_63_characters():
+    long = "a-very-long-release-name-for-a-grants-consumer-abcdefgh"[:53]
+    rendered = chart().render(load_values("observability"), name=long, namespace=NAMESPACE,
+                              is_install=True)
+    for doc in parse_manifests(rendered):
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+
+
+# --------------------------------------------------------------------------
+# security
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_every_container_is_locked_down(values_name):
+    docs = render(values_name)
+    checked = 0
+    for where, spec in pod_specs(docs):
+        assert spec.get("automountServiceAccountToken") is False, where
+        assert spec.get("hostNetwork") is not True and spec.get("hostPID") is not True, where
+        pod_sc = spec.get("securityContext", {})
+        assert pod_sc.get("runAsNonRoot") is True, where
+        assert pod_sc.get("seccompProfile") == {"type": "RuntimeDefault"}, where
+        for c in all_containers(spec):
+            sc = c.get("securityContext") or {}
+            who = f"{where} container {c['name']}"
+            assert sc.get("runAsNonRoot") is True, who
+            assert sc.get("runAsUser", 65532) != 0, who
+            assert sc.get("readOnlyRootFilesystem") is True, who
+            assert sc.get("allowPrivilegeEscalation") is False, who
+            assert sc.get("privileged", False) is False, who
+            assert sc.get("capabilities") == {"drop": ["ALL"]}, who
+            assert sc.get("seccompProfile") == {"type": "RuntimeDefault"}, who
+            assert c.get("resources", {}).get("requests"), f"{who} has no resource requests"
+            assert c.get("resources", {}).get("limits", {}).get("memory"), f"{who} has no memory limit"
+            checked += 1
+    assert checked >= 2, "expected at least the consumer and the sidecar"
+    if values_name in {"production", "tls", "observability", "demo"}:
+        job = one(docs, "Job")
+        assert [c["name"] for c in pod_spec(job)["containers"]] == ["migrate"]
+
+
+def secret_findings(docs: list[dict[str, Any]]) -> list[str]:
+    """Places where a credential could sit in plain text in a render."""
+    findings = []
+    credential_url = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^@\s]+@")
+    any_store_url = re.compile(r"\b(postgres(ql)?|rediss?|redis-cluster|redis-sentinel|nats)://")
+    private_key = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+    secret_env = re.compile(r"(URL|PASSWORD|TOKEN|SECRET|CREDENTIALS)$")
+    for doc in docs:
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] == "Secret":
+            findings.append(f"{where}: a Secret rendered with its data")
+        text = json.dumps(doc)
+        for pattern in (credential_url, any_store_url, private_key):
+            if pattern.search(text):
+                findings.append(f"{where}: matches {pattern.pattern}")
+        for _, spec in pod_specs([doc]):
+            for c in all_containers(spec):
+                for name, e in env_of(c).items():
+                    if secret_env.search(name) and "value" in e:
+                        findings.append(f"{where} {c['name']}: env {name} has a plain value")
+                    if name in {"DATABASE_URL", "REDIS_URL"} and "secretKeyRef" not in e.get("valueFrom", {}):
+                        findings.append(f"{where} {c['name']}: {name} is not a secretKeyRef")
+                    if name == "ONCEGATE_RELAY_SINK" and "value" in e and e["value"] not in {"none", "log"}:
+                        findings.append(f"{where} {c['name']}: relay sink URL in plain text")
+    return findings
+
+
+def test_production_render_has_no_secret_in_plain_text():
+    docs = render("production")
+    assert secret_findings(docs) == []
+    # the URLs come from the operator's Secrets, by reference
+    refs = {}
+    for where, spec in pod_specs(docs):
+        for c in all_containers(spec):
+            for name, e in env_of(c).items():
+                if "secretKeyRef" in e.get("valueFrom", {}):
+                    refs.setdefault(name, set()).add(
+                        (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"]))
+    assert refs["DATABASE_URL"] == {("oncegate-postgres", "database-url")}
+    assert refs["REDIS_URL"] == {("oncegate-redis", "redis-url")}
+    assert refs["ONCEGATE_RELAY_SINK"] == {("oncegate-relay", "sink-url")}
+
+
+def test_the_plaintext_check_catches_demo_urls():
+    """The detector above is not vacuous: the demo render (plain URLs chosen on
+    purpose) trips it, and its URLs end up only in the chart's demo Secret."""
+    docs = render("demo")
+    findings = secret_findings(docs)
+    assert any("Secret" in f for f in findings)
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert "demo-password" in secret["stringData"]["database-url"]
+    for d in docs:
+        if d["kind"] != "Secret":
+            assert "demo-password" not in json.dumps(d), d["kind"]
+    _, sidecar = deployment_sidecar(docs)
+    ref = env_of(sidecar)["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": secret["metadata"]["name"], "key": "database-url"}
+    assert "demo" in notes("demo").lower() and "plain text" in notes("demo")
+
+
+# --------------------------------------------------------------------------
+# the sidecar's runtime contract
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_probes_are_grpc_probes_on_the_health_port(values_name):
+    _, sidecar = deployment_sidecar(render(values_name))
+    env = env_of(sidecar)
+    health = env["ONCEGATE_HEALTH_LISTEN"]["value"]
+    gate = env["ONCEGATE_LISTEN"]["value"]
+    assert host_of(health) in {"0.0.0.0", "::"}, "kubelet probes hit the pod IP"
+    assert port_of(health) != port_of(gate) and port_of(health) != port_of(env["ONCEGATE_METRICS_LISTEN"]["value"])
+    named = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    assert named["og-health"] == port_of(health)
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = sidecar[kind]
+        handlers = {"grpc", "httpGet", "tcpSocket", "exec"} & set(probe)
+        assert handlers == {"grpc"}, f"{kind} uses {handlers}"
+        assert probe["grpc"]["port"] == port_of(health), kind
+        assert probe["grpc"].get("service", "") in {"", "oncegate.v1.Gate"}, kind
+    assert sidecar["readinessProbe"]["grpc"]["service"] == "oncegate.v1.Gate"
+    startup = sidecar["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "startup gets a minute"
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_gate_stays_on_loopback_unless_tls(values_name):
+    spec, sidecar = deployment_sidecar(render(values_name))
+    env = env_of(sidecar)
+    host = host_of(env["ONCEGATE_LISTEN"]["value"])
+    if "ONCEGATE_TLS_CERT" not in env:
+        assert host == "127.0.0.1"
+        assert "og-grpc" not in {p["name"] for p in sidecar["ports"]}
+    consumer = [c for c in spec["containers"] if c["name"] != "oncegate"][0]
+    target = env_of(consumer)["ONCEGATE_TARGET"]["value"]
+    assert target.endswith(f"127.0.0.1:{port_of(env['ONCEGATE_LISTEN']['value'])}")
+    assert target.startswith("https://" if "ONCEGATE_TLS_CERT" in env else "http://")
+
+
+def parse_seconds(text: str) -> int:
+    m = re.fullmatch(r"(\d+)s", text)
+    assert m, f"not a seconds duration: {text}"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_shutdown_lets_the_drain_finish(values_name):
+    spec, sidecar = deployment_sidecar(render(values_name))
+    pre_stop = sidecar["lifecycle"]["preStop"]
+    assert set(pre_stop) == {"sleep"}, "native sleep handler: the image has no shell"
+    grace = parse_seconds(env_of(sidecar)["ONCEGATE_SHUTDOWN_GRACE"]["value"])
+    assert spec["terminationGracePeriodSeconds"] >= pre_stop["sleep"]["seconds"] + grace + 5
+
+
+def test_native_sidecar_runs_as_restartable_init_container():
+    spec, sidecar = deployment_sidecar(render("production"))
+    assert sidecar in spec.get("initContainers", [])
+    assert sidecar["restartPolicy"] == "Always"
+    assert "oncegate" not in [c["name"] for c in spec["containers"]]
+    assert sidecar["image"].endswith("@sha256:84a3696b63fca3c41a72f672bfb4fe8f63ea38957100463ad5927a56b784f89b")
+
+
+def test_minimal_render_is_the_example_on_embedded_sqlite():
+    docs = render("minimal")
+    assert sorted(d["kind"] for d in docs) == ["Deployment"]
+    spec, sidecar = deployment_sidecar(docs)
+    assert sidecar["image"] == f"ghcr.io/oncegate/oncegate:{chart().metadata['appVersion']}"
+    assert sidecar["args"] == ["serve"]
+    assert sidecar not in spec.get("initContainers", [])
+    env = env_of(sidecar)
+    assert "DATABASE_URL" not in env and "REDIS_URL" not in env
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "true"
+    assert env["ONCEGATE_LISTEN"]["value"] == "127.0.0.1:50051"
+    assert env["ONCEGATE_HEALTH_LISTEN"]["value"] == "0.0.0.0:50052"
+    assert env["ONCEGATE_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert spec["enableServiceLinks"] is False
+
+
+def mounted_volume(spec: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict, dict]:
+    """The (volumeMount, volume) under which `path` lives in `container`."""
+    mounts = sorted(container.get("volumeMounts", []), key=lambda m: -len(m["mountPath"]))
+    for m in mounts:
+        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/"):
+            volume = [v for v in spec["volumes"] if v["name"] == m["name"]]
+            assert len(volume) == 1, f"volume {m['name']} not defined"
+            return m, volume[0]
+    raise AssertionError(f"{path} is on the read-only root filesystem of {container['name']}")
+
+
+@pytest.mark.parametrize("values_name", ["minimal", "sqlite"])
+def test_embedded_sqlite_lives_on_a_writable_volume(values_name):
+    docs = render(values_name)
+    assert of_kind(docs, "Job") == [], "no migration Job without a database"
+    spec, sidecar = deployment_sidecar(docs)
+    env = env_of(sidecar)
+    path = env["ONCEGATE_SQLITE_PATH"]["value"]
+    mount, volume = mounted_volume(spec, sidecar, path)
+    assert mount["mountPath"] == str(pathlib.PurePosixPath(path).parent), "the -wal/-shm files need the directory"
+    assert not mount.get("readOnly")
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "true"
+    if values_name == "minimal":
+        assert "emptyDir" in volume
+    else:
+        pvc = one(docs, "PersistentVolumeClaim")
+        assert volume["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+        assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    mounted_volume(spec, sidecar, "/tmp/x")
+
+
+@pytest.mark.parametrize("values_name", ["production", "tls", "observability"])
+def test_migration_job_is_a_pre_install_pre_upgrade_hook(values_name):
+    docs = render(values_name)
+    job = one(docs, "Job")
+    notes_ = job["metadata"]["annotations"]
+    assert set(notes_["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert "before-hook-creation" in notes_["helm.sh/hook-delete-policy"]
+    spec = pod_spec(job)
+    assert spec["restartPolicy"] == "Never"
+    migrate = spec["containers"][0]
+    assert migrate["args"] == ["migrate"]
+    _, sidecar = deployment_sidecar(docs)
+    assert migrate["image"] == sidecar["image"]
+    assert env_of(migrate)["DATABASE_URL"] == env_of(sidecar)["DATABASE_URL"]
+    assert env_of(sidecar)["ONCEGATE_MIGRATE_ON_START"]["value"] == "false"
+    mounted_volume(spec, migrate, "/tmp/x")
+
+
+def test_tls_certificates_come_from_a_mounted_secret():
+    docs = render("tls")
+    spec, sidecar = deployment_sidecar(docs)
+    env = env_of(sidecar)
+    assert host_of(env["ONCEGATE_LISTEN"]["value"]) == "0.0.0.0"
+    for name, file in [("ONCEGATE_TLS_CERT", "tls.crt"), ("ONCEGATE_TLS_KEY", "tls.key"),
+                       ("ONCEGATE_TLS_CLIENT_CA", "ca.crt")]:
+        path = env[name]["value"]
+        assert path.endswith("/" + file)
+        mount, volume = mounted_volume(spec, sidecar, path)
+        assert mount["readOnly"] is True
+        assert volume["secret"]["secretName"] == "oncegate-tls"
+        assert volume["secret"]["defaultMode"] & 0o007 == 0, "key not world-readable"
+    assert spec["securityContext"]["fsGroup"] == 65532, "0440 files are read through fsGroup"
+    assert {p["name"]: p["containerPort"] for p in sidecar["ports"]}["og-grpc"] == 50051
+    # probes stay on the plaintext health listener
+    assert sidecar["readinessProbe"]["grpc"]["port"] == port_of(env["ONCEGATE_HEALTH_LISTEN"]["value"])
+
+
+def test_tls_off_sets_no_tls_settings():
+    _, sidecar = deployment_sidecar(render("production"))
+    assert not {k for k in env_of(sidecar) if k.startswith("ONCEGATE_TLS")}
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def test_metrics_service_monitor_pdb_and_network_policy():
+    docs = render("observability")
+    deployment = one(docs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    spec, sidecar = deployment_sidecar(docs)
+
+    service = one(docs, "Service")
+    assert matches(service["spec"]["selector"], pod_labels)
+    container_ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in container_ports and port["targetPort"] == "og-metrics"
+    assert container_ports["og-metrics"] == port_of(env_of(sidecar)["ONCEGATE_METRICS_LISTEN"]["value"])
+    assert host_of(env_of(sidecar)["ONCEGATE_METRICS_LISTEN"]["value"]) == "0.0.0.0"
+
+    sm = one(docs, "ServiceMonitor")
+    assert check_service_monitor(sm, docs) == []
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["endpoints"][0]["interval"] == "15s"
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert matches(pdb["spec"]["selector"]["matchLabels"], pod_labels)
+    assert pdb["spec"]["minAvailable"] == 1 and "maxUnavailable" not in pdb["spec"]
+    job_labels = one(docs, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert not matches(pdb["spec"]["selector"]["matchLabels"], job_labels)
+    assert not matches(service["spec"]["selector"], job_labels)
+
+    np = one(docs, "NetworkPolicy")
+    assert matches(np["spec"]["podSelector"]["matchLabels"], pod_labels)
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    ingress_ports = {p["port"] for rule in np["spec"]["ingress"] for p in rule.get("ports", [])}
+    assert ingress_ports == {50052, 9464}, "the loopback Gate port is not opened"
+    metrics_rule = [r for r in np["spec"]["ingress"] if r["ports"][0]["port"] == 9464][0]
+    assert metrics_rule["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
+
+
+def test_optional_resources_are_off_by_default():
+    kinds = {d["kind"] for d in render("production")}
+    assert not kinds & {"Service", "ServiceMonitor", "PodDisruptionBudget", "NetworkPolicy", "Secret"}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_notes_tell_the_operator_how_to_check(values_name):
+    text = notes(values_name)
+    assert "rollout status" in text
+    assert "grpc.health.v1.Health/Check" in text
+    assert "/metrics" in text
+
+
+# --------------------------------------------------------------------------
+# the two-line include from another chart, exactly as README.md documents it
+
+README = CHART / "README.md"
+
+
+def readme_block(marker: str) -> str:
+    text = README.read_text()
+    m = re.search(re.escape(f"<!-- {marker} -->") + r"\s*```[a-z]*\n(.*?)```", text, re.S)
+    assert m, f"README.md lacks the code block marked <!-- {marker} -->"
+    return m.group(1)
+
+
+def test_sidecar_include_from_a_parent_chart(tmp_path):
+    parent = tmp_path / "grants-consumer"
+    (parent / "templates").mkdir(parents=True)
+    (parent / "charts").mkdir()
+    shutil.copytree(CHART, parent / "charts" / "oncegate")
+    (parent / "Chart.yaml").write_text(readme_block("parent-chart-yaml"))
+    (parent / "values.yaml").write_text(readme_block("parent-values"))
+    deployment_tpl = readme_block("parent-deployment")
+    include_lines = [line for line in deployment_tpl.splitlines() if 'include "oncegate.' in line]
+    assert len(include_lines) == 2, include_lines
+    (parent / "templates" / "deployment.yaml").write_text(deployment_tpl)
+
+    with helm.Chart.load(parent) as parent_chart:
+        report = helm.lint(parent, strict=True, kube_version="v1.30.0", namespace=NAMESPACE)
+        assert report["errors"] == [], report
+        docs = parse_manifests(render_raw({}, parent_chart))
+
+    deployments = of_kind(docs, "Deployment")
+    assert len(deployments) == 1, "the subchart's example is disabled; only the parent's Deployment"
+    spec = pod_spec(deployments[0])
+    sidecar = sidecar_of(spec)
+    env = env_of(sidecar)
+    # the parent's `oncegate:` values reach the sidecar
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "grants-postgres"
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "false"
+    # the image follows oncegate's appVersion, not the parent's
+    assert sidecar["image"] == f"ghcr.io/oncegate/oncegate:{chart().metadata['appVersion']}"
+    for m in sidecar["volumeMounts"]:
+        assert m["name"] in {v["name"] for v in spec["volumes"]}
+    assert spec["terminationGracePeriodSeconds"] >= 30
+    assert one(docs, "Job")["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+# --------------------------------------------------------------------------
+# documentation and image
+
+
+def documented_value_paths(schema: dict[str, Any], prefix: str = "") -> list[str]:
+    """Leaf paths of the values: descend where the schema lists properties."""
+    paths = []
+    for key, node in schema.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        if "properties" in node:
+            paths += documented_value_paths(node, path + ".")
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_readme_documents_every_value():
+    text = README.read_text()
+    table_keys = set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+    paths = [p for p in documented_value_paths(chart().schema) if p != "global"]
+    assert sorted(set(paths) - table_keys) == []
+    assert sorted(table_keys - set(paths)) == [], "README documents values that do not exist"
+
+
+def test_every_value_has_a_default_in_values_yaml():
+    """values.yaml spells out every value the schema knows (and the closed
+    schema rejects any it does not), so values.yaml is a complete reference."""
+    missing = []
+
+    def walk(node: dict[str, Any], values: dict[str, Any], prefix: str) -> None:
+        for key, child in node.get("properties", {}).items():
+            if key not in values:
+                missing.append(prefix + key)
+            elif "properties" in child:
+                walk(child, values[key], f"{prefix}{key}.")
+
+    schema = dict(chart().schema)
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "global"}
+    walk(schema, chart().values, "")
+    assert missing == []
+
+
+def test_dockerfile_builds_locked_release_into_a_nonroot_minimal_image():
+    text = (REPO / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M | re.I)
+    assert len(stages) >= 2, "multi-stage"
+    assert stages[0][0].startswith("rust:")
+    assert re.search(r"cargo build --release --locked", text)
+    final = text[text.rfind("\nFROM"):]
+    assert "distroless" in stages[-1][0] and stages[-1][0].endswith(":nonroot")
+    assert re.search(r'^USER\s+(nonroot|65532)', final, re.M)
+    assert re.search(r'^ENTRYPOINT \["/oncegate"\]$', final, re.M)
+    assert re.search(r'^CMD \["serve"\]$', final, re.M)
+    assert "ONCEGATE_LISTEN" not in re.sub(r"#.*", "", text), "the listen default stays loopback"
+    ignore = (REPO / ".dockerignore").read_text().split()
+    for entry in ("target", ".git", "bench/results", "clients/python/.venv", ".venv-chart"):
+        assert any(line.strip("/") in {entry, entry + "/", "**/" + entry} for line in ignore), entry
