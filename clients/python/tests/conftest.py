@@ -1,0 +1,209 @@
+"""Fixtures: the real oncegate sidecar, a Gate client, Redis, unique names.
+
+The sidecar binary comes from ONCEGATE_BIN (default <repo>/target/debug/oncegate,
+built by `cargo build`). Tests that need it are skipped only when that file
+does not exist; when it exists they run for real and fail on any misbehaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PY_ROOT = HERE.parent
+REPO = PY_ROOT.parent.parent
+
+# Make `import oncegate` and `import generate` work even without an install,
+# and make sure the stubs exist and match proto/ (generated at test time).
+sys.path.insert(0, str(PY_ROOT / "src"))
+sys.path.insert(0, str(PY_ROOT))
+import generate  # noqa: E402
+
+generate.ensure_stubs()
+
+DEFAULT_BIN = REPO / "target" / "debug" / "oncegate"
+STARTUP_TIMEOUT = float(os.environ.get("ONCEGATE_TEST_STARTUP_TIMEOUT", "60"))
+
+
+def oncegate_bin_path() -> Path:
+    return Path(os.environ.get("ONCEGATE_BIN", DEFAULT_BIN))
+
+
+@pytest.fixture(scope="session")
+def oncegate_bin() -> Path:
+    path = oncegate_bin_path()
+    if not path.exists():
+        pytest.skip(
+            f"oncegate binary not found at {path}: run `cargo build` or set ONCEGATE_BIN"
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for child Python processes: finds the package from src/."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(PY_ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Sidecar:
+    process: subprocess.Popen
+    target: str
+    metrics_addr: str
+    sqlite_path: Path
+    log_path: Path
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, grace: float = 25.0) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        return self.process.returncode
+
+
+def health_status(target: str, service: str = "", timeout: float = 1.0) -> str:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def start_sidecar(binary: Path, workdir: Path, extra_env: dict[str, str] | None = None) -> Sidecar:
+    """Start `oncegate serve` on free loopback ports with embedded SQLite and
+    wait for grpc.health.v1 SERVING."""
+    import grpc
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, metrics_port = free_port(), free_port()
+    target = f"127.0.0.1:{port}"
+    metrics_addr = f"127.0.0.1:{metrics_port}"
+    sqlite_path = workdir / "oncegate.db"
+    log_path = workdir / "oncegate.log"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        # A test sidecar gets exactly the configuration given here.
+        if not k.startswith("ONCEGATE_") and k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update(
+        ONCEGATE_LISTEN=target,
+        ONCEGATE_METRICS_LISTEN=metrics_addr,
+        ONCEGATE_SQLITE_PATH=str(sqlite_path),
+        ONCEGATE_INSTANCE_ID=f"pytest-{os.getpid()}",
+        RUST_LOG=os.environ.get("RUST_LOG", "info"),
+    )
+    env.update(extra_env or {})
+    log = open(log_path, "wb")
+    process = subprocess.Popen(
+        [str(binary), "serve"],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    sidecar = Sidecar(process, target, metrics_addr, sqlite_path, log_path)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(
+                f"oncegate serve exited with code {process.returncode} before SERVING; "
+                f"log:\n{sidecar.log_tail()}"
+            )
+        try:
+            last = health_status(target)
+            if last == "SERVING":
+                return sidecar
+        except grpc.RpcError as exc:
+            last = f"{exc.code().name}: {exc.details()}"
+        time.sleep(0.1)
+    sidecar.stop()
+    pytest.fail(
+        f"oncegate serve not SERVING within {STARTUP_TIMEOUT}s (last health answer: {last}); "
+        f"log:\n{sidecar.log_tail()}"
+    )
+
+
+@pytest.fixture(scope="session")
+def sidecar(oncegate_bin, tmp_path_factory) -> Sidecar:
+    extra = {}
+    if os.environ.get("ONCEGATE_TEST_L2") == "1":
+        extra["REDIS_URL"] = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+    sc = start_sidecar(oncegate_bin, tmp_path_factory.mktemp("sidecar"), extra)
+    yield sc
+    code = sc.stop()
+    if code not in (0, None):
+        print(f"oncegate serve exited with {code}; log tail:\n{sc.log_tail()}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def gate(sidecar):
+    from oncegate import Gate
+
+    with Gate(sidecar.target, timeout=30.0) as g:
+        yield g
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique prefix for award ids, stream names and keys in one test."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+
+
+@pytest.fixture
+def redis_client(redis_url):
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis not reachable at {redis_url} (set REDIS_URL): {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def stream_name(redis_client, unique):
+    name = f"oncegate-test:{unique}"
+    yield name
+    redis_client.delete(name, f"{name}:dead")
