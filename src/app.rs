@@ -107,7 +107,11 @@ impl App {
         };
         let relay = match SinkSpec::parse(&args.relay.relay_sink)
             .map_err(anyhow::Error::msg)?
-            .connect(&args.relay.relay_stream, args.relay.relay_stream_maxlen)
+            .connect(
+                &args.relay.relay_stream,
+                &args.relay.relay_subject,
+                args.relay.relay_stream_maxlen,
+            )
             .await
             .context("connecting ONCEGATE_RELAY_SINK")?
         {

@@ -199,7 +199,11 @@ async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&args.store).await?;
     let Some(sink) = SinkSpec::parse(&args.relay.relay_sink)
         .map_err(anyhow::Error::msg)?
-        .connect(&args.relay.relay_stream, args.relay.relay_stream_maxlen)
+        .connect(
+            &args.relay.relay_stream,
+            &args.relay.relay_subject,
+            args.relay.relay_stream_maxlen,
+        )
         .await?
     else {
         bail!("ONCEGATE_RELAY_SINK is none: nothing to relay to");

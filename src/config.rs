@@ -187,6 +187,9 @@ pub struct RelaySettingsArgs {
     /// Redis stream key, or JetStream stream name.
     #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
     pub relay_stream: String,
+    /// JetStream subject events are published on (and the stream captures).
+    #[arg(long, env = "ONCEGATE_RELAY_SUBJECT", default_value = "oncegate.events")]
+    pub relay_subject: String,
     /// Approximate maximum length of the Redis stream (XADD MAXLEN ~).
     #[arg(long, env = "ONCEGATE_RELAY_STREAM_MAXLEN", default_value_t = 1_000_000)]
     pub relay_stream_maxlen: u64,

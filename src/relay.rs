@@ -53,14 +53,21 @@ impl SinkSpec {
     }
 
     /// Connects the sink (`None` for `none`).
-    pub async fn connect(&self, stream: &str, maxlen: u64) -> anyhow::Result<Option<Arc<dyn Sink>>> {
+    pub async fn connect(
+        &self,
+        stream: &str,
+        subject: &str,
+        maxlen: u64,
+    ) -> anyhow::Result<Option<Arc<dyn Sink>>> {
         Ok(match self {
             Self::None => None,
             Self::Log => Some(Arc::new(log::LogSink)),
             Self::Redis(url) => Some(Arc::new(
                 redis_stream::RedisStreamSink::connect(url, stream, maxlen).await?,
             )),
-            Self::Nats(url) => Some(Arc::new(nats::JetStreamSink::connect(url, stream).await?)),
+            Self::Nats(url) => Some(Arc::new(
+                nats::JetStreamSink::connect(url, stream, subject).await?,
+            )),
         })
     }
 }

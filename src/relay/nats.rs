@@ -1,4 +1,4 @@
-//! NATS JetStream sink: publishes to `oncegate.events` with `Nats-Msg-Id` set
+//! NATS JetStream sink: publishes to `oncegate.events` (configurable) with `Nats-Msg-Id` set
 //! to the event id and waits for the stream's ack, so JetStream's duplicate
 //! window drops a relay's retries.
 
@@ -8,16 +8,15 @@ use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
 use std::time::Duration;
 
-/// The subject events are published on.
-pub const SUBJECT: &str = "oncegate.events";
-
 pub struct JetStreamSink {
     context: jetstream::Context,
+    subject: String,
 }
 
 impl JetStreamSink {
-    /// Connects and makes sure the stream exists (capturing `oncegate.events`).
-    pub async fn connect(url: &str, stream_name: &str) -> anyhow::Result<Self> {
+    /// Connects and makes sure the stream exists, capturing `subject`
+    /// (`oncegate.events` by default).
+    pub async fn connect(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
         use anyhow::Context;
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
@@ -29,13 +28,16 @@ impl JetStreamSink {
         context
             .get_or_create_stream(stream::Config {
                 name: stream_name.to_string(),
-                subjects: vec![SUBJECT.to_string()],
+                subjects: vec![subject.to_string()],
                 duplicate_window: Duration::from_secs(120),
                 ..Default::default()
             })
             .await
             .context("creating the JetStream stream")?;
-        Ok(Self { context })
+        Ok(Self {
+            context,
+            subject: subject.to_string(),
+        })
     }
 }
 
@@ -52,7 +54,7 @@ impl Sink for JetStreamSink {
         headers.insert("Oncegate-Sequence", event.sequence.to_string().as_str());
         let ack = self
             .context
-            .publish_with_headers(SUBJECT, headers, event.payload.clone().into())
+            .publish_with_headers(self.subject.clone(), headers, event.payload.clone().into())
             .await
             .map_err(|e| e.to_string())?;
         tokio::time::timeout(Duration::from_secs(5), ack)

@@ -1,0 +1,8 @@
+//! Integration tests: one binary, real Postgres, Redis and NATS, real gRPC
+//! over loopback. Each test has its own database and Redis key prefix, so
+//! the suite runs in parallel. `TEST_LOG=1` shows tracing output.
+
+mod helpers;
+mod keys;
+mod store_suite;
+mod tiers;

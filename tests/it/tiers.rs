@@ -1,0 +1,1 @@
+//! Tier tests (L1, L2) — see below.
