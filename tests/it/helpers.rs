@@ -595,3 +595,13 @@ impl Sidecar {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// A plain Redis client for test setup and inspection.
+pub async fn redis_client(url: &str) -> fred::clients::Client {
+    use fred::prelude::*;
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("redis reachable");
+    client
+}
