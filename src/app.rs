@@ -12,7 +12,7 @@ use crate::gate::Gate;
 use crate::group_commit::{Committer, GroupCommitSettings};
 use crate::pb;
 use crate::redis_tier::{RedisSettings, RedisTier};
-use crate::relay::{Relay, RelaySettings, SinkSpec};
+use crate::relay::Relay;
 use crate::retention::Retention;
 use crate::server::GateService;
 use crate::store::{self, ClaimContext, Store};
@@ -105,29 +105,7 @@ impl App {
             )),
             _ => None,
         };
-        let relay = match SinkSpec::parse(&args.relay.relay_sink)
-            .map_err(anyhow::Error::msg)?
-            .connect(
-                &args.relay.relay_stream,
-                &args.relay.relay_subject,
-                args.relay.relay_stream_maxlen,
-            )
-            .await
-            .context("connecting ONCEGATE_RELAY_SINK")?
-        {
-            Some(sink) => Some(Relay::new(
-                store.clone(),
-                sink,
-                RelaySettings {
-                    batch: args.relay.relay_batch.max(1),
-                    lease: args.relay.relay_lease,
-                    poll: args.relay.relay_poll,
-                    max_attempts: args.relay.relay_max_attempts.max(1),
-                    owner: instance.to_string(),
-                },
-            )),
-            None => None,
-        };
+        let relay = Relay::from_config(&args.relay, store.clone(), instance.to_string()).await?;
 
         let (committer, workers) = Committer::start(
             store.clone(),

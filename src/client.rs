@@ -4,7 +4,7 @@
 use crate::config::{Command, KeyArgs, LookupArgs, PurgeArgs, RelayArgs, ServeArgs, StoreArgs, SubmitArgs};
 use crate::pb;
 use crate::pb::gate_client::GateClient;
-use crate::relay::{Relay, RelaySettings, SinkSpec};
+use crate::relay::Relay;
 use anyhow::{Context, bail};
 use std::io::{BufRead, Read, Write};
 use std::process::ExitCode;
@@ -197,15 +197,7 @@ async fn purge(args: PurgeArgs) -> anyhow::Result<ExitCode> {
 
 async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&args.store).await?;
-    let Some(sink) = SinkSpec::parse(&args.relay.relay_sink)
-        .map_err(anyhow::Error::msg)?
-        .connect(
-            &args.relay.relay_stream,
-            &args.relay.relay_subject,
-            args.relay.relay_stream_maxlen,
-        )
-        .await?
-    else {
+    let Some(relay) = Relay::from_config(&args.relay, store, crate::config::hostname()).await? else {
         bail!("ONCEGATE_RELAY_SINK is none: nothing to relay to");
     };
     let listener = tokio::net::TcpListener::bind(args.metrics_listen)
@@ -216,17 +208,6 @@ async fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
     let metrics = tokio::spawn(crate::metrics::serve(listener, async move {
         let _ = metrics_rx.wait_for(|v| *v).await;
     }));
-    let relay = Relay::new(
-        store,
-        sink,
-        RelaySettings {
-            batch: args.relay.relay_batch.max(1),
-            lease: args.relay.relay_lease,
-            poll: args.relay.relay_poll,
-            max_attempts: args.relay.relay_max_attempts.max(1),
-            owner: crate::config::hostname(),
-        },
-    );
     let running = tokio::spawn(relay.run(stop_rx));
     shutdown_signal().await;
     let _ = stop_tx.send(true);

@@ -206,3 +206,32 @@ impl Relay {
         tracing::info!("outbox relay stopped");
     }
 }
+
+impl Relay {
+    /// The relay `ONCEGATE_RELAY_*` asks for: `None` when the sink is `none`.
+    pub async fn from_config(
+        args: &crate::config::RelaySettingsArgs,
+        store: Arc<dyn Store>,
+        owner: String,
+    ) -> anyhow::Result<Option<Self>> {
+        use anyhow::Context;
+        let sink = SinkSpec::parse(&args.relay_sink)
+            .map_err(anyhow::Error::msg)?
+            .connect(&args.relay_stream, &args.relay_subject, args.relay_stream_maxlen)
+            .await
+            .context("connecting ONCEGATE_RELAY_SINK")?;
+        Ok(sink.map(|sink| {
+            Self::new(
+                store,
+                sink,
+                RelaySettings {
+                    batch: args.relay_batch.max(1),
+                    lease: args.relay_lease,
+                    poll: args.relay_poll,
+                    max_attempts: args.relay_max_attempts.max(1),
+                    owner,
+                },
+            )
+        }))
+    }
+}

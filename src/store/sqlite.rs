@@ -469,36 +469,8 @@ impl Store for SqliteStore {
     }
 
     async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError> {
-        let r = sqlx::query(
-            "SELECT \
-               (SELECT count(*) FROM processed_messages), \
-               (SELECT count(*) FROM disbursements), \
-               (SELECT coalesce(sum(amount_cents), 0) FROM disbursements), \
-               (SELECT count(*) FROM award_balances b FULL JOIN ( \
-                  SELECT award_id, sum(amount_cents) AS s, count(*) AS n, max(sequence) AS m \
-                  FROM disbursements GROUP BY award_id) d USING (award_id) \
-                WHERE b.total_cents IS DISTINCT FROM d.s OR b.disbursement_count IS DISTINCT FROM d.n \
-                   OR b.last_sequence IS DISTINCT FROM d.m), \
-               (SELECT count(*) FROM (SELECT award_id FROM disbursements GROUP BY award_id \
-                  HAVING max(sequence) <> count(*) OR min(sequence) <> 1)), \
-               (SELECT count(*) FROM outbox), \
-               (SELECT count(*) FROM outbox WHERE published_at IS NULL), \
-               (SELECT count(*) FROM audit_log WHERE decision = 'processed'), \
-               (SELECT count(*) FROM audit_log WHERE decision = 'duplicate')",
-        )
-        .fetch_one(&self.reader)
-        .await?;
-        Ok(LedgerSummary {
-            claims: r.try_get(0)?,
-            disbursements: r.try_get(1)?,
-            total_cents: r.try_get(2)?,
-            mismatched_awards: r.try_get(3)?,
-            sequence_gaps: r.try_get(4)?,
-            outbox_events: r.try_get(5)?,
-            outbox_unpublished: r.try_get(6)?,
-            audit_processed: r.try_get(7)?,
-            audit_duplicates: r.try_get(8)?,
-        })
+        let row = sqlx::query(LEDGER_SUMMARY_SQL).fetch_one(&self.reader).await?;
+        Ok(ledger_summary_from_row(&row)?)
     }
 
     async fn wait_for_outbox(&self, timeout: Duration) {
