@@ -2,6 +2,7 @@
 //! over loopback. Each test has its own database and Redis key prefix, so
 //! the suite runs in parallel. `TEST_LOG=1` shows tracing output.
 
+mod chaos;
 mod helpers;
 mod keys;
 mod store_suite;
