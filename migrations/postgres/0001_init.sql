@@ -105,6 +105,11 @@ CREATE TRIGGER disbursements_append_only BEFORE UPDATE OR DELETE ON disbursement
 
 -- Creates the monthly audit partitions from `from_month` up to `months_ahead`
 -- months after the current one. Returns how many it created.
+-- Names are schema-qualified: with `search_path = pg_catalog, public` an
+-- unqualified CREATE TABLE would target pg_catalog. A partition another
+-- instance just created is skipped; one whose month already has rows in the
+-- default partition cannot be created and is reported as a warning (the
+-- purge deletes those rows one by one instead).
 CREATE FUNCTION oncegate_ensure_audit_partitions(from_month date, months_ahead integer)
 RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 DECLARE
@@ -115,14 +120,16 @@ DECLARE
 BEGIN
     WHILE m <= last_m LOOP
         part := format('audit_log_%s', to_char(m, 'YYYY_MM'));
-        IF to_regclass(part) IS NULL THEN
+        IF to_regclass(format('public.%I', part)) IS NULL THEN
             BEGIN
                 EXECUTE format(
-                    'CREATE TABLE %I PARTITION OF audit_log FOR VALUES FROM (%L) TO (%L)',
+                    'CREATE TABLE public.%I PARTITION OF public.audit_log FOR VALUES FROM (%L) TO (%L)',
                     part, m::text || ' 00:00:00+00', (m + interval '1 month')::date::text || ' 00:00:00+00');
                 created := created + 1;
-            EXCEPTION WHEN others THEN
-                RAISE WARNING 'cannot create audit partition %: %', part, SQLERRM;
+            EXCEPTION
+                WHEN duplicate_table THEN NULL;
+                WHEN check_violation THEN
+                    RAISE WARNING 'cannot create audit partition %: %', part, SQLERRM;
             END;
         END IF;
         m := (m + interval '1 month')::date;
@@ -143,11 +150,11 @@ BEGIN
     FOR r IN
         SELECT c.relname
         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = 'audit_log'::regclass AND c.relname ~ '^audit_log_[0-9]{4}_[0-9]{2}$'
+        WHERE i.inhparent = 'public.audit_log'::regclass AND c.relname ~ '^audit_log_[0-9]{4}_[0-9]{2}$'
     LOOP
         IF (to_date(substr(r.relname, 11), 'YYYY_MM') + interval '1 month')::timestamp AT TIME ZONE 'UTC' <= cutoff THEN
-            EXECUTE format('SELECT count(*) FROM %I', r.relname) INTO n;
-            EXECUTE format('DROP TABLE %I', r.relname);
+            EXECUTE format('SELECT count(*) FROM public.%I', r.relname) INTO n;
+            EXECUTE format('DROP TABLE public.%I', r.relname);
             dropped := dropped + n;
         END IF;
     END LOOP;
@@ -162,8 +169,8 @@ DECLARE
     n bigint;
 BEGIN
     PERFORM set_config('oncegate.purge', 'on', true);
-    DELETE FROM audit_log
-    WHERE (id, at) IN (SELECT id, at FROM audit_log WHERE at < cutoff LIMIT batch);
+    DELETE FROM public.audit_log
+    WHERE (id, at) IN (SELECT id, at FROM public.audit_log WHERE at < cutoff LIMIT batch);
     GET DIAGNOSTICS n = ROW_COUNT;
     PERFORM set_config('oncegate.purge', 'off', true);
     RETURN n;
