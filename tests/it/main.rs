@@ -5,5 +5,7 @@
 mod chaos;
 mod helpers;
 mod keys;
+mod relay;
+mod retention;
 mod store_suite;
 mod tiers;

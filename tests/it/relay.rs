@@ -1,0 +1,624 @@
+//! The outbox relay against real brokers: every processed submission's event
+//! reaches Redis Streams once and in per-award order, replicas share the
+//! outbox without publishing a row twice, a relay that dies between publish
+//! and mark republishes after its lease (and JetStream drops the repeat by
+//! `Nats-Msg-Id`), and a poison event is quarantined while others flow.
+//!
+//! Each test has its own database, its own Redis stream key and its own
+//! JetStream stream name and subject.
+
+use crate::helpers::*;
+use async_nats::jetstream;
+use fred::prelude::*;
+use oncegate::pb::{self, Outcome};
+use oncegate::relay::nats::JetStreamSink;
+use oncegate::relay::redis_stream::RedisStreamSink;
+use oncegate::relay::{Relay, RelaySettings, Sink};
+use sqlx::Connection;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(crate::helpers::Kind::Postgres).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(crate::helpers::Kind::Sqlite).await })*
+        }
+    };
+}
+
+both_stores!(
+    every_processed_event_reaches_the_redis_stream_once_in_award_order,
+    relay_killed_before_marking_republishes_after_the_lease,
+    jetstream_drops_the_republished_event_by_msg_id,
+    poison_event_is_quarantined_while_other_awards_flow,
+);
+
+const TS: &str = "2026-11-29T10:00:00Z";
+
+pub fn relay_settings(owner: &str, batch: i64, lease: Duration, max_attempts: i32) -> RelaySettings {
+    RelaySettings {
+        batch,
+        lease,
+        poll: Duration::from_millis(100),
+        max_attempts,
+        owner: owner.into(),
+    }
+}
+
+pub async fn redis_sink(stream: &str) -> Arc<dyn Sink> {
+    Arc::new(
+        RedisStreamSink::connect(&redis_url(), stream, 1_000_000)
+            .await
+            .expect("redis sink"),
+    )
+}
+
+/// A stream entry's fields.
+pub type Entry = HashMap<String, String>;
+
+pub async fn redis_client() -> Client {
+    let client = Builder::from_config(Config::from_url(&redis_url()).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("redis");
+    client
+}
+
+/// The whole stream, oldest first.
+pub async fn xrange(stream: &str) -> Vec<Entry> {
+    let client = redis_client().await;
+    let entries: Vec<(String, Entry)> = client.xrange(stream, "-", "+", None).await.expect("XRANGE");
+    let _ = client.quit().await;
+    entries.into_iter().map(|(_, fields)| fields).collect()
+}
+
+pub async fn delete_key(key: &str) {
+    let client = redis_client().await;
+    let _: i64 = client.del(key).await.unwrap();
+    let _ = client.quit().await;
+}
+
+/// Steps until a step leases nothing; returns the events published.
+pub async fn drain(relay: &Relay) -> usize {
+    let mut published = 0;
+    for _ in 0..1000 {
+        let r = relay.step().await.expect("relay step");
+        if r.leased == 0 {
+            return published;
+        }
+        published += r.published;
+    }
+    panic!("relay never drained the outbox");
+}
+
+/// Submits `per_award` submissions for each award, all at once (so group
+/// commit mixes awards in one transaction). Returns the decisions.
+async fn submit_concurrently(
+    app: &TestApp,
+    awards: &[&str],
+    per_award: usize,
+) -> Vec<(pb::Submission, pb::Decision)> {
+    let mut tasks = Vec::new();
+    for i in 0..per_award {
+        for award in awards {
+            let s = submission(award, TS, format!("{award}-{i}").as_bytes(), 100 + i as i64);
+            let mut c = app.client().await;
+            tasks.push(tokio::spawn(async move {
+                let d = c.submit(s.clone()).await.expect("submit").into_inner();
+                (s, d)
+            }));
+        }
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Fills a fresh database's outbox through the real server (no relay).
+async fn outbox_of(db: &TestDb, awards: &[&str], per_award: usize) -> Vec<(pb::Submission, pb::Decision)> {
+    let app = TestApp::spawn(serve_args(db)).await;
+    let decided = submit_concurrently(&app, awards, per_award).await;
+    app.shutdown().await;
+    assert!(decided.iter().all(|(_, d)| outcome(d) == Outcome::Claimed));
+    decided
+}
+
+fn json(entry: &Entry) -> serde_json::Value {
+    serde_json::from_str(&entry["data"]).expect("data is JSON")
+}
+
+/// Asserts each award's events appear in sequence order 1..=n.
+fn assert_award_order(entries: &[Entry], awards: &[&str], per_award: usize) {
+    for award in awards {
+        let seqs: Vec<i64> = entries
+            .iter()
+            .filter(|e| e["award_id"] == *award)
+            .map(|e| e["sequence"].parse().unwrap())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=per_award as i64).collect::<Vec<_>>(),
+            "award {award}: stream order is sequence order"
+        );
+    }
+}
+
+async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let stream = unique("og-it-events-");
+    let mut args = serve_args(&db);
+    args.relay.relay_sink = redis_url();
+    args.relay.relay_stream = stream.clone();
+    args.relay.relay_batch = 5;
+    // Far longer than the test: only the outbox notification (LISTEN/NOTIFY,
+    // or the in-process wake on SQLite) can make the relay publish in time.
+    args.relay.relay_poll = Duration::from_secs(60);
+    let app = TestApp::spawn(args).await;
+    let awards = ["AWD-R1", "AWD-R2", "AWD-R3"];
+    let decided = submit_concurrently(&app, &awards, 8).await;
+    assert!(decided.iter().all(|(_, d)| outcome(d) == Outcome::Claimed));
+    // Duplicates write no event.
+    let mut c = app.client().await;
+    for (s, _) in decided.iter().take(5) {
+        let d = c.submit(s.clone()).await.unwrap().into_inner();
+        assert_eq!(outcome(&d), Outcome::Duplicate);
+    }
+    let s = stream.clone();
+    let arrived = eventually(Duration::from_secs(15), || {
+        let s = s.clone();
+        async move { xrange(&s).await.len() >= 24 }
+    })
+    .await;
+    assert!(
+        arrived,
+        "events reached the stream: {}",
+        xrange(&stream).await.len()
+    );
+    app.shutdown().await;
+
+    let entries = xrange(&stream).await;
+    assert_eq!(entries.len(), 24, "each processed submission once, no more");
+    let event_ids: HashSet<&str> = entries.iter().map(|e| e["event_id"].as_str()).collect();
+    assert_eq!(event_ids.len(), 24, "no event twice");
+    let by_key: HashMap<&str, (&pb::Submission, &pb::Decision)> = decided
+        .iter()
+        .map(|(s, d)| (d.idempotency_key.as_str(), (s, d)))
+        .collect();
+    let mut keys_seen = HashSet::new();
+    for e in &entries {
+        let data = json(e);
+        assert_eq!(e["type"], "disbursement.recorded");
+        assert_eq!(data["event_id"].as_str(), Some(e["event_id"].as_str()));
+        assert_eq!(data["award_id"].as_str(), Some(e["award_id"].as_str()));
+        assert_eq!(
+            data["sequence"].as_i64().map(|s| s.to_string()),
+            Some(e["sequence"].clone())
+        );
+        let key = data["idempotency_key"].as_str().unwrap();
+        let (s, d) = by_key.get(key).expect("the event's key was processed");
+        let disb = d.disbursement.as_ref().unwrap();
+        assert_eq!(data["amount_cents"].as_i64(), Some(s.amount_cents));
+        assert_eq!(data["sequence"].as_i64(), Some(disb.sequence));
+        assert_eq!(data["disbursement_id"].as_str(), Some(disb.id.as_str()));
+        assert!(data["recorded_at"].is_string());
+        keys_seen.insert(key.to_string());
+    }
+    assert_eq!(keys_seen.len(), 24, "every processed key has its event");
+    assert_award_order(&entries, &awards, 8);
+    let summary = db.open().await.ledger_summary().await.unwrap();
+    assert_eq!((summary.outbox_events, summary.outbox_unpublished), (24, 0));
+    delete_key(&stream).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_never_publish_a_row_twice_and_together_publish_all() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let awards = ["AWD-T1", "AWD-T2", "AWD-T3", "AWD-T4", "AWD-T5", "AWD-T6"];
+    outbox_of(&db, &awards, 10).await;
+    let stream = unique("og-it-two-");
+    let lease = Duration::from_secs(60);
+    let (store1, store2) = (db.open().await, db.open().await);
+    let r1 = Relay::new(
+        store1.clone(),
+        redis_sink(&stream).await,
+        relay_settings("relay-1", 7, lease, 5),
+    );
+    let r2 = Relay::new(
+        store2.clone(),
+        redis_sink(&stream).await,
+        relay_settings("relay-2", 7, lease, 5),
+    );
+
+    // Both hold a lease at once: disjoint batches.
+    let (l1, l2) = (r1.lease().await.unwrap(), r2.lease().await.unwrap());
+    assert_eq!((l1.len(), l2.len()), (7, 7));
+    let ids1: HashSet<_> = l1.iter().map(|e| e.event_id).collect();
+    assert!(l2.iter().all(|e| !ids1.contains(&e.event_id)), "leases overlap");
+
+    // A row locked by a third party (a relay mid-lease) is skipped, not waited on.
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN; SELECT event_id FROM outbox WHERE leased_until IS NULL \
+         ORDER BY created_at LIMIT 3 FOR UPDATE",
+    )
+    .execute(&mut locker)
+    .await
+    .unwrap();
+
+    let (p1, _) = r1.publish(&l1).await.unwrap();
+    let (p2, _) = r2.publish(&l2).await.unwrap();
+    store1.mark_published(&p1).await.unwrap();
+    store2.mark_published(&p2).await.unwrap();
+    let (n1, n2) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(drain(&r1), drain(&r2))
+    })
+    .await
+    .expect("SKIP LOCKED: the relays never wait on a locked row");
+    assert_eq!(n1 + n2 + 14, 57, "everything but the 3 locked rows");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        3
+    );
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut locker).await.unwrap();
+    let (m1, m2) = tokio::join!(drain(&r1), drain(&r2));
+    assert_eq!(m1 + m2, 3);
+
+    let entries = xrange(&stream).await;
+    assert_eq!(entries.len(), 60, "all published, none twice");
+    let ids: HashSet<&str> = entries.iter().map(|e| e["event_id"].as_str()).collect();
+    assert_eq!(ids.len(), 60, "no event id twice");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT lease_owner) FROM outbox").await,
+        2,
+        "both relays published"
+    );
+    delete_key(&stream).await;
+}
+
+/// Leases and publishes with one relay, then drops it without marking (a
+/// crash between publish and mark). Returns what it published.
+async fn crash_after_publish(relay: Relay) -> Vec<uuid::Uuid> {
+    let leased = relay.lease().await.unwrap();
+    assert!(!leased.is_empty());
+    let (published, report) = relay.publish(&leased).await.unwrap();
+    assert_eq!(report.published, leased.len());
+    drop(relay);
+    published
+}
+
+/// Steps `relay` until it leases something (the crashed relay's lease
+/// expired), checking it leases nothing before `lease` has passed.
+async fn step_after_lease_expiry(relay: &Relay, crashed_at: tokio::time::Instant, lease: Duration) -> usize {
+    let deadline = crashed_at + lease + Duration::from_secs(10);
+    loop {
+        let r = relay.step().await.unwrap();
+        if r.leased > 0 {
+            assert!(crashed_at.elapsed() >= lease, "leased before the lease expired");
+            assert_eq!(r.published, r.leased);
+            return r.published;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the lease never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn relay_killed_before_marking_republishes_after_the_lease(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    outbox_of(&db, &["AWD-K1", "AWD-K2"], 2).await;
+    let stream = unique("og-it-kill-");
+    let lease = Duration::from_millis(800);
+    let first = Relay::new(
+        db.open().await,
+        redis_sink(&stream).await,
+        relay_settings("doomed", 10, lease, 5),
+    );
+    let crashed_at = tokio::time::Instant::now();
+    let published = crash_after_publish(first).await;
+    assert_eq!(published.len(), 4);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        4
+    );
+
+    let restarted = Relay::new(
+        db.open().await,
+        redis_sink(&stream).await,
+        relay_settings("restarted", 10, lease, 5),
+    );
+    let republished = step_after_lease_expiry(&restarted, crashed_at, lease).await;
+    assert_eq!(republished, 4, "every unmarked event again");
+    assert_eq!(restarted.step().await.unwrap().leased, 0, "marked now");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+
+    // At least once: Redis Streams has no dedup, so each event is there twice,
+    // with the same event id for downstream dedup.
+    let entries = xrange(&stream).await;
+    assert_eq!(entries.len(), 8);
+    let mut per_id: HashMap<&str, usize> = HashMap::new();
+    for e in &entries {
+        *per_id.entry(e["event_id"].as_str()).or_default() += 1;
+    }
+    assert_eq!(per_id.len(), 4);
+    assert!(per_id.values().all(|n| *n == 2));
+    let first_ids: HashSet<String> = published.iter().map(|u| u.to_string()).collect();
+    assert!(per_id.keys().all(|id| first_ids.contains(*id)));
+    delete_key(&stream).await;
+}
+
+/// A JetStream stream and subject of the test's own.
+pub struct TestStream {
+    pub name: String,
+    pub subject: String,
+    pub js: jetstream::Context,
+}
+
+impl TestStream {
+    pub async fn new() -> Self {
+        let client = async_nats::connect(nats_url()).await.expect("NATS");
+        Self {
+            name: unique("OG_IT_"),
+            subject: format!("{}.events", unique("og.")),
+            js: jetstream::new(client),
+        }
+    }
+
+    pub async fn sink(&self) -> Arc<dyn Sink> {
+        Arc::new(
+            JetStreamSink::connect(&nats_url(), &self.name, &self.subject)
+                .await
+                .expect("JetStream sink"),
+        )
+    }
+
+    /// Every message in the stream: (Nats-Msg-Id, payload).
+    pub async fn messages(&self) -> Vec<(String, String)> {
+        let mut stream = self.js.get_stream(&self.name).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        let mut out = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            if state.messages == 0 {
+                break;
+            }
+            let m = stream.get_raw_message(seq).await.unwrap();
+            let id = m
+                .headers
+                .get(async_nats::header::NATS_MESSAGE_ID)
+                .map(|v| v.as_str().to_string())
+                .unwrap_or_default();
+            out.push((id, String::from_utf8(m.payload.to_vec()).unwrap()));
+        }
+        assert_eq!(out.len() as u64, state.messages);
+        out
+    }
+
+    pub async fn delete(self) {
+        let _ = self.js.delete_stream(&self.name).await;
+    }
+}
+
+async fn jetstream_drops_the_republished_event_by_msg_id(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    outbox_of(&db, &["AWD-J1", "AWD-J2"], 2).await;
+    let js = TestStream::new().await;
+    let lease = Duration::from_millis(800);
+    let first = Relay::new(
+        db.open().await,
+        js.sink().await,
+        relay_settings("doomed", 10, lease, 5),
+    );
+    let crashed_at = tokio::time::Instant::now();
+    let published = crash_after_publish(first).await;
+    assert_eq!(published.len(), 4);
+    assert_eq!(js.messages().await.len(), 4);
+
+    let restarted = Relay::new(
+        db.open().await,
+        js.sink().await,
+        relay_settings("restarted", 10, lease, 5),
+    );
+    assert_eq!(
+        step_after_lease_expiry(&restarted, crashed_at, lease).await,
+        4,
+        "published again"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+
+    let messages = js.messages().await;
+    assert_eq!(messages.len(), 4, "the duplicate window dropped the repeats");
+    let ids: HashSet<String> = messages.iter().map(|(id, _)| id.clone()).collect();
+    let expected: HashSet<String> = published.iter().map(|u| u.to_string()).collect();
+    assert_eq!(ids, expected, "Nats-Msg-Id is the event id");
+    for (id, payload) in &messages {
+        let data: serde_json::Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(data["event_id"].as_str(), Some(id.as_str()));
+    }
+    js.delete().await;
+}
+
+/// Payload length of the largest event of the awards other than `poison`.
+async fn largest_payload_except(db: &TestDb, poison: &str) -> i64 {
+    let len = match db.kind {
+        Kind::Postgres => "CAST(max(length(payload::text)) AS BIGINT)",
+        Kind::Sqlite => "max(length(payload))",
+    };
+    db.scalar(&format!("SELECT {len} FROM outbox WHERE award_id <> '{poison}'"))
+        .await
+}
+
+async fn poison_event_is_quarantined_while_other_awards_flow(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    // An award id at the length limit makes its events larger than the
+    // stream accepts: JetStream refuses them, every time.
+    let poison = "P".repeat(oncegate::submission::MAX_AWARD_ID_CHARS);
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    for (award, n) in [("AWD-A", 1), (poison.as_str(), 1), ("AWD-B", 1), ("AWD-A", 2)] {
+        let d = c
+            .submit(submission(award, TS, format!("{award}-{n}").as_bytes(), 500))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(outcome(&d), Outcome::Claimed);
+    }
+    let js = TestStream::new().await;
+    let limit = largest_payload_except(&db, &poison).await + 160;
+    js.js
+        .create_stream(jetstream::stream::Config {
+            name: js.name.clone(),
+            subjects: vec![js.subject.clone()],
+            max_message_size: limit as i32,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let store = db.open().await;
+    let relay = Relay::new(
+        store.clone(),
+        js.sink().await,
+        relay_settings("poison", 10, Duration::from_millis(300), 3),
+    );
+    let quarantined_before = quarantined_total();
+
+    let r = relay.step().await.unwrap();
+    assert_eq!((r.leased, r.published, r.failed, r.quarantined), (4, 3, 1, 0));
+    assert_eq!(js.messages().await.len(), 3, "the other awards' events went out");
+
+    // More events while the poison one keeps failing: they flow too.
+    for (award, n) in [("AWD-B", 2), (poison.as_str(), 2), ("AWD-A", 3)] {
+        c.submit(submission(award, TS, format!("{award}-{n}").as_bytes(), 500))
+            .await
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.outbox_stats().await.unwrap().quarantined < 2 {
+        relay.step().await.unwrap();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "poison events never quarantined"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        relay.step().await.unwrap().leased,
+        0,
+        "quarantined events are left alone"
+    );
+    app.shutdown().await;
+
+    let messages = js.messages().await;
+    let entries: Vec<Entry> = messages
+        .iter()
+        .map(|(_, p)| {
+            let v: serde_json::Value = serde_json::from_str(p).unwrap();
+            Entry::from([
+                ("award_id".into(), v["award_id"].as_str().unwrap().to_string()),
+                ("sequence".into(), v["sequence"].to_string()),
+            ])
+        })
+        .collect();
+    assert_eq!(entries.len(), 5, "every event of the healthy awards");
+    assert_award_order(&entries, &["AWD-A"], 3);
+    assert_award_order(&entries, &["AWD-B"], 2);
+    let stats = store.outbox_stats().await.unwrap();
+    assert_eq!((stats.backlog, stats.quarantined), (0, 2));
+    let q = format!(
+        "SELECT count(*) FROM outbox WHERE award_id = '{poison}' AND quarantined_at IS NOT NULL \
+         AND published_at IS NULL AND attempts = 3 AND last_error LIKE '%maximum%'"
+    );
+    assert_eq!(
+        db.scalar(&q).await,
+        2,
+        "state, attempts and cause are kept on the row"
+    );
+    assert!(
+        quarantined_total() >= quarantined_before + 2.0,
+        "oncegate_outbox_quarantined_total counts them"
+    );
+    js.delete().await;
+}
+
+fn quarantined_total() -> f64 {
+    metric(
+        &oncegate::metrics::handle().render(),
+        "oncegate_outbox_quarantined_total",
+    )
+    .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
+    let db = TestDb::new(Kind::Postgres).await;
+    outbox_of(&db, &["AWD-S1", "AWD-S2"], 3).await;
+    let stream = unique("og-it-cmd-");
+    let mport = free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .arg("relay")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .env("ONCEGATE_RELAY_SINK", redis_url())
+        .env("ONCEGATE_RELAY_STREAM", &stream)
+        .env("ONCEGATE_RELAY_POLL", "200ms")
+        .env("ONCEGATE_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("oncegate relay");
+    let s = stream.clone();
+    let done = eventually(Duration::from_secs(20), || {
+        let s = s.clone();
+        async move { xrange(&s).await.len() >= 6 }
+    })
+    .await;
+    assert!(done, "oncegate relay published the outbox");
+    let addr = format!("127.0.0.1:{mport}").parse().unwrap();
+    let published = eventually(Duration::from_secs(5), || async move {
+        metric(
+            &scrape(addr).await,
+            "oncegate_outbox_published_total{sink=\"redis\"}",
+        ) == Some(6.0)
+    })
+    .await;
+    assert!(published, "its own metrics endpoint counts the published events");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(xrange(&stream).await.len(), 6, "once each");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+    delete_key(&stream).await;
+}
