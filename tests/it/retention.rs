@@ -481,3 +481,166 @@ async fn full_audit_queue_counts_what_it_drops() {
         "drained"
     );
 }
+
+/// The statements of the `sql` block in `migrations/GRANTS.md`, for `role`
+/// instead of `oncegate_app`, without the `CREATE ROLE` lines.
+fn documented_grants(role: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/GRANTS.md")).unwrap();
+    let block = doc.split("```sql").nth(1).unwrap().split("```").next().unwrap();
+    let without_comments: Vec<&str> = block.lines().map(|l| l.split("--").next().unwrap()).collect();
+    without_comments
+        .join("\n")
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && !s.starts_with("CREATE ROLE"))
+        .map(|s| s.replace("oncegate_app", role))
+        .collect()
+}
+
+fn url_as(url: &str, role: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map(|(_, h)| h).unwrap_or(rest);
+    format!("{scheme}://{role}@{host}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_role_with_the_documented_grants_cannot_change_the_trail_but_can_purge() {
+    let db = TestDb::new(Kind::Postgres).await;
+    db.exec("SELECT oncegate_ensure_audit_partitions('2020-01-01', 0)")
+        .await;
+    let role = unique("og_app_");
+    let grants = documented_grants(&role);
+    assert!(grants.len() >= 7, "GRANTS.md lists the grants: {grants:?}");
+    db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
+    for g in &grants {
+        db.exec(g).await;
+    }
+    let role_url = url_as(&db.url, &role);
+
+    // The whole claim path, and the audit flush, as the role.
+    let mut args = serve_args(&db);
+    args.store.database_url = Some(role_url.clone());
+    args.migrate_on_start = false;
+    let app = TestApp::spawn(args).await;
+    claim(&app, "AWD-ROLE", 2).await;
+    let s = submission("AWD-ROLE", TS, b"AWD-ROLE-0", 1_000);
+    let dup = app.client().await.submit(s).await.unwrap().into_inner();
+    assert_eq!(outcome(&dup), Outcome::Duplicate);
+    app.shutdown().await;
+    let n = db.counts().await;
+    assert_eq!((n.disbursements, n.audit_processed, n.audit_duplicate), (2, 2, 1));
+
+    let mut conn = sqlx::PgConnection::connect(&role_url).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO audit_log (decision, key_prefix, award_id, instance) \
+         VALUES ('rejected', 'x', 'AWD-ROLE', 'it')",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("INSERT is granted");
+    let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
+        .fetch_one(&mut conn)
+        .await
+        .expect("SELECT is granted");
+    assert_eq!(seen, 4);
+    for sql in [
+        "UPDATE audit_log SET award_id = 'forged'",
+        "DELETE FROM audit_log",
+        "DELETE FROM audit_log_default",
+        "TRUNCATE audit_log",
+        "UPDATE disbursements SET amount_cents = 1",
+        "DELETE FROM disbursements",
+        "SET oncegate.purge = 'on'; DELETE FROM audit_log",
+    ] {
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&mut conn)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(err.contains("permission denied"), "{sql}: {err}");
+    }
+    drop(conn);
+    assert_eq!(db.counts().await.audit_rejected, 1);
+    assert_eq!(count_where(&db, "audit_log", "award_id = 'forged'").await, 0);
+
+    // Retention still works for the role, through the SECURITY DEFINER functions.
+    let store = oncegate::store::open(&role_url, 2).await.unwrap();
+    let at = |s: &str| OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap();
+    store
+        .append_audit(&[
+            audit_row("OLD-PARTITION", at("2020-03-15T12:00:00Z")),
+            audit_row("OLD-DEFAULT", at("2019-06-01T00:00:00Z")),
+        ])
+        .await
+        .unwrap();
+    db.exec(&format!(
+        "UPDATE processed_messages SET claimed_at = {}",
+        ago(Kind::Postgres, 40 * DAY as i64)
+    ))
+    .await;
+    let report = Retention::new(store.clone(), policy(30, 1, 100))
+        .step()
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.ran, report.claims_deleted, report.audit_deleted),
+        (true, 2, 2)
+    );
+    assert_eq!(
+        count_where(&db, "pg_class", "relname = 'audit_log_2020_03'").await,
+        0
+    );
+    assert_eq!(count_where(&db, "audit_log", "award_id LIKE 'OLD-%'").await, 0);
+    assert_eq!(db.counts().await.audit_processed, 2, "recent rows stay");
+    drop(store);
+
+    db.exec(&format!("DROP OWNED BY {role}")).await;
+    db.exec(&format!("DROP ROLE {role}")).await;
+}
+
+async fn run_purge(db: &TestDb) -> (std::process::ExitStatus, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .arg("purge")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .env("ONCEGATE_RETENTION", "30days")
+        .output()
+        .await
+        .expect("oncegate purge");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_subcommand_purges_once_or_skips_while_another_instance_purges() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    claim(&app, "AWD-CMD", 2).await;
+    app.shutdown().await;
+    db.exec(&format!(
+        "UPDATE processed_messages SET claimed_at = {} WHERE idempotency_key IN \
+         (SELECT idempotency_key FROM processed_messages LIMIT 1)",
+        ago(Kind::Postgres, 40 * DAY as i64)
+    ))
+    .await;
+
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(PURGE_LOCK)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let (status, out) = run_purge(&db).await;
+    assert!(status.success(), "{status:?}");
+    assert_eq!(out, "skipped: another instance is purging");
+    assert_eq!(db.counts().await.claims, 2);
+    drop(other);
+
+    let (status, out) = run_purge(&db).await;
+    assert!(status.success(), "{status:?}");
+    assert_eq!(out, "purged claims=1 audit=0 outbox=0");
+    assert_eq!(db.counts().await.claims, 1);
+}
