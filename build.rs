@@ -3,6 +3,8 @@ use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    // sqlx::migrate! embeds migrations/ at compile time.
+    println!("cargo:rerun-if-changed=migrations");
     let fds = protox::compile(["oncegate/v1/gate.proto"], ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(

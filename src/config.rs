@@ -224,6 +224,20 @@ pub struct RetentionArgs {
 }
 
 impl RetentionArgs {
+    /// Checks the settings; the error names the one that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retention.is_zero() {
+            return Err("ONCEGATE_RETENTION must be greater than 0".into());
+        }
+        if self.outbox_retention.is_zero() {
+            return Err("ONCEGATE_OUTBOX_RETENTION must be greater than 0".into());
+        }
+        if self.purge_batch < 1 {
+            return Err("ONCEGATE_PURGE_BATCH must be at least 1".into());
+        }
+        Ok(())
+    }
+
     pub fn policy(&self) -> crate::store::RetentionPolicy {
         crate::store::RetentionPolicy {
             retention: self.retention,
@@ -342,9 +356,7 @@ impl ServeArgs {
         if self.redis_timeout.is_zero() {
             return Err("ONCEGATE_REDIS_TIMEOUT must be greater than 0".into());
         }
-        if self.retention.retention.is_zero() {
-            return Err("ONCEGATE_RETENTION must be greater than 0".into());
-        }
+        self.retention.validate()?;
         crate::relay::SinkSpec::parse(&self.relay.relay_sink).map(|_| ())?;
         if let Some(url) = &self.store.database_url
             && !url.is_empty()

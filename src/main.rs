@@ -16,9 +16,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    if let Command::Serve(args) = &cli.command
-        && let Err(msg) = args.validate()
-    {
+    let invalid = match &cli.command {
+        Command::Serve(args) => args.validate().err(),
+        Command::Purge(args) => args.retention.validate().err(),
+        _ => None,
+    };
+    if let Some(msg) = invalid {
         eprintln!("error: invalid configuration: {msg}");
         return ExitCode::from(EXIT_CONFIG as u8);
     }

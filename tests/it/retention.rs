@@ -551,6 +551,7 @@ async fn app_role_with_the_documented_grants_cannot_change_the_trail_but_can_pur
         "UPDATE disbursements SET amount_cents = 1",
         "DELETE FROM disbursements",
         "SET oncegate.purge = 'on'; DELETE FROM audit_log",
+        "UPDATE oncegate_retention_floor SET min_retention = interval '0'",
     ] {
         let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
             .execute(&mut conn)
@@ -559,8 +560,25 @@ async fn app_role_with_the_documented_grants_cannot_change_the_trail_but_can_pur
             .to_string();
         assert!(err.contains("permission denied"), "{sql}: {err}");
     }
+    // The purge functions clamp any cutoff to the owner's retention floor:
+    // a cutoff in the future removes nothing younger than three years.
+    for sql in [
+        "SELECT oncegate_purge_audit_rows(now() + interval '100 years', 1000000)",
+        "SELECT oncegate_drop_audit_partitions(now() + interval '100 years')",
+    ] {
+        let removed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut conn)
+            .await
+            .expect(sql);
+        assert_eq!(removed, 0, "{sql}");
+    }
     drop(conn);
     assert_eq!(db.counts().await.audit_rejected, 1);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM audit_log").await,
+        4,
+        "the trail is intact"
+    );
     assert_eq!(count_where(&db, "audit_log", "award_id = 'forged'").await, 0);
 
     // Retention still works for the role, through the SECURITY DEFINER functions.
