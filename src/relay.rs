@@ -5,9 +5,11 @@
 //! event is published again; the event id lets the broker (JetStream's
 //! `Nats-Msg-Id`) or the consumer drop the repeat.
 //!
-//! A failed publish holds back the rest of that award's events in the batch
-//! (their order matters) until the lease expires, which doubles as the retry
-//! backoff; after `max_attempts` failures the event is quarantined.
+//! A failed publish postpones that event and the rest of its award's events
+//! in the batch by a backoff (100 ms doubling, at most the lease), and no
+//! later event of that award is leased meanwhile, so an award's events go out
+//! in sequence order; after `max_attempts` failures the event is quarantined
+//! and the award's events flow again.
 
 pub mod log;
 pub mod nats;
@@ -114,41 +116,57 @@ impl Relay {
     }
 
     /// Publishes leased events in order; returns the ids published and the
-    /// report. Nothing is marked.
+    /// report. Nothing is marked. A failed event and the rest of its award's
+    /// events in this batch are postponed together by a backoff, so they are
+    /// retried in order (the lease query keeps later events of that award
+    /// back meanwhile).
     pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(Vec<uuid::Uuid>, StepReport), StoreError> {
         let mut report = StepReport {
             leased: events.len(),
             ..Default::default()
         };
         let mut held_back: HashSet<&str> = HashSet::new();
+        let mut postponed = Vec::new();
+        let mut retry_after = Duration::ZERO;
         let mut published = Vec::with_capacity(events.len());
         for event in events {
             if held_back.contains(event.award_id.as_str()) {
+                postponed.push(event.event_id);
                 continue;
             }
-            match self.sink.publish(event).await {
-                Ok(()) => published.push(event.event_id),
-                Err(error) => {
-                    report.failed += 1;
-                    metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name())
-                        .increment(1);
-                    let quarantined = self
-                        .store
-                        .record_publish_failure(event.event_id, &error, self.settings.max_attempts)
-                        .await?;
-                    if quarantined {
-                        report.quarantined += 1;
-                        metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
-                        tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated publish failures");
-                    } else {
-                        held_back.insert(event.award_id.as_str());
-                        tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, error = %error, "publish failed; will retry after the lease");
-                    }
-                }
+            let Err(error) = self.sink.publish(event).await else {
+                published.push(event.event_id);
+                continue;
+            };
+            report.failed += 1;
+            metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name())
+                .increment(1);
+            let backoff = self.backoff(event.attempts + 1);
+            let quarantined = self
+                .store
+                .record_publish_failure(event.event_id, &error, self.settings.max_attempts, backoff)
+                .await?;
+            if quarantined {
+                report.quarantined += 1;
+                metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
+                tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated publish failures");
+            } else {
+                held_back.insert(event.award_id.as_str());
+                retry_after = retry_after.max(backoff);
+                tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, retry_in_ms = backoff.as_millis() as u64, error = %error, "publish failed; the award's events will be retried in order");
             }
+        }
+        if !postponed.is_empty() {
+            self.store.postpone_outbox(&postponed, retry_after).await?;
         }
         report.published = published.len();
         Ok((published, report))
+    }
+
+    /// Retry delay after the `attempt`-th failure: 100 ms doubling, at most the lease.
+    fn backoff(&self, attempt: i32) -> Duration {
+        let exp = attempt.clamp(1, 16) as u32 - 1;
+        (Duration::from_millis(100) * 2u32.pow(exp)).min(self.settings.lease)
     }
 
     /// One full step: lease, publish, mark.

@@ -199,7 +199,9 @@ pub trait Store: Send + Sync + 'static {
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError>;
 
     /// Leases up to `limit` unpublished, unquarantined events whose lease
-    /// expired, for `lease`. Replicas never lease the same row at once.
+    /// expired, for `lease`. Replicas never lease the same row at once, and
+    /// no event is leased while an earlier event of its award is still leased
+    /// or postponed (per-award order survives a failed publish).
     async fn lease_outbox(
         &self,
         limit: i64,
@@ -210,14 +212,20 @@ pub trait Store: Send + Sync + 'static {
     /// Marks events published (ends their lease).
     async fn mark_published(&self, ids: &[Uuid]) -> Result<(), StoreError>;
 
-    /// Records a failed publish; quarantines the event once `attempts`
-    /// reaches `max_attempts`. Returns true when quarantined.
+    /// Records a failed publish: the event is retried after `retry_after`,
+    /// or quarantined once `attempts` reaches `max_attempts`. Returns true
+    /// when quarantined.
     async fn record_publish_failure(
         &self,
         id: Uuid,
         error: &str,
         max_attempts: i32,
+        retry_after: Duration,
     ) -> Result<bool, StoreError>;
+
+    /// Keeps leased events reserved for `retry_after` more (events held back
+    /// behind a failed one of the same award, retried together with it).
+    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError>;
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError>;
 

@@ -450,10 +450,15 @@ impl Store for PostgresStore {
         let rows = sqlx::query(
             "UPDATE outbox SET leased_until = now() + $2 * interval '1 millisecond', lease_owner = $3 \
              WHERE event_id IN ( \
-               SELECT event_id FROM outbox \
-               WHERE published_at IS NULL AND quarantined_at IS NULL \
-                 AND (leased_until IS NULL OR leased_until < now()) \
-               ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+               SELECT o.event_id FROM outbox o \
+               WHERE o.published_at IS NULL AND o.quarantined_at IS NULL \
+                 AND (o.leased_until IS NULL OR o.leased_until < now()) \
+                 AND NOT EXISTS (SELECT 1 FROM outbox e \
+                   WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
+                     AND (e.created_at < o.created_at \
+                       OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
+                     AND e.leased_until >= now()) \
+               ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
              RETURNING event_id, event_type, award_id, sequence, payload::text AS payload, attempts, created_at",
         )
         .bind(limit)
@@ -494,18 +499,33 @@ impl Store for PostgresStore {
         id: Uuid,
         error: &str,
         max_attempts: i32,
+        retry_after: Duration,
     ) -> Result<bool, StoreError> {
         let quarantined: Option<bool> = sqlx::query_scalar(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, leased_until = NULL, \
+            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
+               leased_until = now() + $4 * interval '1 millisecond', \
                quarantined_at = CASE WHEN attempts + 1 >= $3 THEN now() END \
              WHERE event_id = $1 RETURNING quarantined_at IS NOT NULL",
         )
         .bind(id)
         .bind(error)
         .bind(max_attempts)
+        .bind(retry_after.as_millis() as f64)
         .fetch_optional(&self.pool)
         .await?;
         Ok(quarantined.unwrap_or(false))
+    }
+
+    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE outbox SET leased_until = now() + $2 * interval '1 millisecond' \
+             WHERE event_id = ANY($1) AND published_at IS NULL",
+        )
+        .bind(ids)
+        .bind(retry_after.as_millis() as f64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

@@ -338,10 +338,15 @@ impl Store for SqliteStore {
         let rows = sqlx::query(
             "UPDATE outbox SET leased_until = ?2, lease_owner = ?3 \
              WHERE event_id IN ( \
-               SELECT event_id FROM outbox \
-               WHERE published_at IS NULL AND quarantined_at IS NULL \
-                 AND (leased_until IS NULL OR leased_until < ?4) \
-               ORDER BY created_at, sequence LIMIT ?1) \
+               SELECT o.event_id FROM outbox o \
+               WHERE o.published_at IS NULL AND o.quarantined_at IS NULL \
+                 AND (o.leased_until IS NULL OR o.leased_until < ?4) \
+                 AND NOT EXISTS (SELECT 1 FROM outbox e \
+                   WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
+                     AND (e.created_at < o.created_at \
+                       OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
+                     AND e.leased_until >= ?4) \
+               ORDER BY o.created_at, o.sequence LIMIT ?1) \
              RETURNING event_id, event_type, award_id, sequence, payload, attempts, created_at",
         )
         .bind(limit)
@@ -390,19 +395,36 @@ impl Store for SqliteStore {
         id: Uuid,
         error: &str,
         max_attempts: i32,
+        retry_after: Duration,
     ) -> Result<bool, StoreError> {
+        let now = to_micros(OffsetDateTime::now_utc());
         let quarantined: Option<bool> = sqlx::query_scalar(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = NULL, \
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = ?5, \
                quarantined_at = CASE WHEN attempts + 1 >= ?3 THEN ?4 END \
              WHERE event_id = ?1 RETURNING quarantined_at IS NOT NULL",
         )
         .bind(id.to_string())
         .bind(error)
         .bind(max_attempts)
-        .bind(to_micros(OffsetDateTime::now_utc()))
+        .bind(now)
+        .bind(now + retry_after.as_micros() as i64)
         .fetch_optional(&self.writer)
         .await?;
         Ok(quarantined.unwrap_or(false))
+    }
+
+    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError> {
+        let until = to_micros(OffsetDateTime::now_utc()) + retry_after.as_micros() as i64;
+        let mut tx = self.begin().await?;
+        for id in ids {
+            sqlx::query("UPDATE outbox SET leased_until = ?2 WHERE event_id = ?1 AND published_at IS NULL")
+                .bind(id.to_string())
+                .bind(until)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

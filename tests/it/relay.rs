@@ -37,6 +37,7 @@ both_stores!(
     relay_killed_before_marking_republishes_after_the_lease,
     jetstream_drops_the_republished_event_by_msg_id,
     poison_event_is_quarantined_while_other_awards_flow,
+    failed_publishes_are_retried_in_award_order,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -620,5 +621,73 @@ async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
             .await,
         0
     );
+    delete_key(&stream).await;
+}
+
+async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let stream = unique("og-it-order-");
+    let awards = ["AWD-O1", "AWD-O2"];
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    let mut submit = async |i: usize| {
+        for award in awards {
+            let s = submission(award, TS, format!("{award}-{i}").as_bytes(), 100);
+            assert_eq!(
+                outcome(&c.submit(s).await.unwrap().into_inner()),
+                Outcome::Claimed
+            );
+        }
+    };
+    for i in 0..3 {
+        submit(i).await;
+    }
+    // The broker refuses every write: the stream key holds a string (WRONGTYPE).
+    let client = redis_client().await;
+    let _: () = client
+        .set(&stream, "not a stream", None, None, false)
+        .await
+        .unwrap();
+    let relay = Relay::new(
+        db.open().await,
+        redis_sink(&stream).await,
+        relay_settings("it-order", 100, Duration::from_secs(30), 100),
+    );
+    let first = relay.step().await.unwrap();
+    assert_eq!(
+        (first.leased, first.failed, first.published),
+        (6, 2, 0),
+        "each award's first event fails"
+    );
+    // New events arrive while the failed ones wait for their retry: none of
+    // them may overtake the postponed earlier events of its award.
+    for i in 3..5 {
+        submit(i).await;
+    }
+    let meanwhile = relay.step().await.unwrap();
+    assert_eq!(
+        meanwhile.leased, 0,
+        "later events of the same award wait for the earlier ones"
+    );
+    // The broker recovers.
+    let _: i64 = client.del(&stream).await.unwrap();
+    let s = stream.clone();
+    let drained = eventually(Duration::from_secs(10), || {
+        let (relay, s) = (&relay, s.clone());
+        async move {
+            relay.step().await.unwrap();
+            xrange(&s).await.len() >= 10
+        }
+    })
+    .await;
+    assert!(
+        drained,
+        "published after the backoff: {}",
+        xrange(&stream).await.len()
+    );
+    let entries = xrange(&stream).await;
+    assert_eq!(entries.len(), 10);
+    assert_award_order(&entries, &awards, 5);
+    app.shutdown().await;
     delete_key(&stream).await;
 }
