@@ -147,8 +147,11 @@ pub struct ServeArgs {
     /// How long a group-commit worker lingers for more deliveries.
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_MAX_WAIT", default_value = "0ms", value_parser = humantime::parse_duration)]
     pub group_commit_max_wait: Duration,
-    /// Concurrent group-commit transactions.
-    #[arg(long, env = "ONCEGATE_GROUP_COMMIT_WORKERS", default_value_t = 4)]
+    /// Concurrent group-commit transactions. Two: concurrent batches lock
+    /// overlapping award balances and queue behind each other's commit, so
+    /// more workers only make smaller batches and more commits (measured in
+    /// docs/BENCHMARKS.md).
+    #[arg(long, env = "ONCEGATE_GROUP_COMMIT_WORKERS", default_value_t = 2)]
     pub group_commit_workers: usize,
 
     /// Audit queue bound (duplicates answered by caches, rejections).

@@ -40,13 +40,22 @@ impl GateService {
     }
 }
 
-/// Runs `work` to completion in its own task (a caller that gives up never
-/// cuts a transaction in half), answering `DEADLINE_EXCEEDED` if the caller's
-/// `grpc-timeout` passes first.
+/// Runs `work` to completion even if the caller gives up (a caller that goes
+/// away never cuts a transaction in half), answering `DEADLINE_EXCEEDED` if
+/// the caller's `grpc-timeout` passes first.
+///
+/// The work is polled once inline first: a decision answered at once (an L1
+/// hit) costs no task spawn. Only work that has to wait (a store or Redis
+/// round trip) moves into its own task, boxed so the spawn moves a pointer,
+/// not the whole future.
 async fn within_deadline<T: Send + 'static>(
     deadline: Option<Instant>,
     work: impl Future<Output = Result<T, GateError>> + Send + 'static,
 ) -> Result<T, GateError> {
+    let mut work = Box::pin(work);
+    if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
+        return done;
+    }
     let task = tokio::spawn(work);
     let joined = match deadline {
         Some(d) => tokio::time::timeout_at(d, task)
@@ -102,8 +111,8 @@ fn decision(d: &Decided) -> pb::Decision {
     }
 }
 
-fn observe(method: &'static str, start: Instant, result: &str) {
-    metrics::histogram!("oncegate_request_duration_seconds", "method" => method, "result" => result.to_string())
+fn observe(method: &'static str, start: Instant, result: &'static str) {
+    metrics::histogram!("oncegate_request_duration_seconds", "method" => method, "result" => result)
         .record(start.elapsed().as_secs_f64());
 }
 
