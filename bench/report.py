@@ -1,0 +1,175 @@
+"""Summarises a scripts/bench run: medians per figure, ratios per round
+(yardstick and sidecar measured back to back in the same round) and their
+medians, written as BASE.json and BASE.md and printed."""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+raw_path, machine_path, base = sys.argv[1:4]
+rows = [json.loads(line) for line in open(raw_path) if line.strip()]
+machine = json.load(open(machine_path))
+
+by = defaultdict(dict)  # name -> round -> result
+for r in rows:
+    by[r["name"]][r["round"]] = r["r"]
+
+
+def figure(name, rnd):
+    r = by[name].get(rnd)
+    if r is None:
+        return None
+    if "tps" in r:
+        return r["tps"]
+    if name.startswith(("fresh", "growth")):
+        return r["claims_per_s"]
+    if name.startswith("dup"):
+        return r["duplicates_per_s"]
+    return r["deliveries_per_s"]
+
+
+def p99(name, rnd, cls="ALL"):
+    r = by[name].get(rnd)
+    if r is None or "latency" not in r:
+        return None
+    return r["latency"].get(cls, {}).get("p99_ms")
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+rounds = sorted({r["round"] for r in rows if r["round"] > 0})
+FIGURES = [
+    ("fresh_gc", "sidecar fresh claims/s, 64 clients, group commit on"),
+    ("fresh_nogc", "sidecar fresh claims/s, 64 clients, group commit off (max batch 1)"),
+    ("pgbench_fresh", "pgbench same transaction, 64 clients, tps"),
+    ("dup_l1_64", "sidecar L1 duplicates/s, 64 clients"),
+    ("echo_64", "bare tonic echo calls/s, 64 clients"),
+    ("dup_l1_16", "sidecar L1 duplicates/s, 16 clients"),
+    ("echo_16", "bare tonic echo calls/s, 16 clients"),
+    ("mix_32", "sidecar deliveries/s, 30 % redeliveries, 32 clients"),
+    ("pgbench_mix", "pgbench 70 % fresh / 30 % duplicate, 32 clients, tps"),
+]
+RATIOS = [
+    ("fresh (group commit) / pgbench", "fresh_gc", "pgbench_fresh", figure, ">= 2.0", lambda x: x >= 2.0),
+    ("fresh (no group commit) / pgbench", "fresh_nogc", "pgbench_fresh", figure, ">= 0.8", lambda x: x >= 0.8),
+    ("mix / pgbench mix", "mix_32", "pgbench_mix", figure, ">= 2.0", lambda x: x >= 2.0),
+    ("L1 duplicates / echo (64 clients)", "dup_l1_64", "echo_64", figure, ">= 0.7", lambda x: x >= 0.7),
+    ("L1 duplicate p99 / echo p99 (16 clients)", "dup_l1_16", "echo_16", p99, "<= 1.5", lambda x: x <= 1.5),
+]
+
+summary = {"machine": machine, "figures": {}, "ratios": {}, "raw": rows}
+for name, desc in FIGURES:
+    vals = [figure(name, r) for r in rounds]
+    p99s = [p99(name, r) for r in rounds]
+    if not any(v is not None for v in vals):
+        continue
+    summary["figures"][name] = {
+        "description": desc,
+        "per_round": vals,
+        "median": med(vals),
+        "p99_ms_per_round": p99s,
+        "p99_ms_median": med(p99s),
+    }
+for label, a, b, f, target, ok in RATIOS:
+    per = []
+    for r in rounds:
+        x, y = f(a, r), f(b, r)
+        per.append(x / y if x is not None and y else None)
+    m = med(per)
+    summary["ratios"][label] = {
+        "per_round": per,
+        "median": m,
+        "target": target,
+        "met": None if m is None else ok(m),
+    }
+
+extra = []
+mem = by.get("memory", {}).get(0)
+if mem:
+    budget = mem["l1_budget_bytes"] / 1048576
+    hwm = mem["vmhwm_kib"] / 1024
+    summary["memory"] = {
+        "distinct_keys": mem["deliveries"],
+        "claims_per_s": mem["claims_per_s"],
+        "vmhwm_mib": hwm,
+        "vmrss_end_mib": mem["vmrss_kib"] / 1024,
+        "l1_budget_mib": budget,
+        "limit_mib": budget + 64,
+        "met": hwm <= budget + 64,
+        "ledger_ok": mem["ledger_ok"],
+    }
+if "growth_full" in by:
+    e = [p99("growth_empty", r) for r in rounds]
+    f_ = [p99("growth_full", r) for r in rounds]
+    per = [x / y if x and y else None for x, y in zip(f_, e)]
+    fill = by["growth_fill"][0]
+    summary["growth"] = {
+        "existing_claims": fill["claims"],
+        "fill_seconds": fill["seconds"],
+        "p99_ms_empty_per_round": e,
+        "p99_ms_full_per_round": f_,
+        "claims_per_s_empty": med([figure("growth_empty", r) for r in rounds]),
+        "claims_per_s_full": med([figure("growth_full", r) for r in rounds]),
+        "ratio_per_round": per,
+        "ratio_median": med(per),
+        "target": "<= 1.5",
+        "met": None if med(per) is None else med(per) <= 1.5,
+    }
+
+json.dump(summary, open(base + ".json", "w"), indent=2)
+
+
+def fmt(x, nd=0):
+    if x is None:
+        return "-"
+    return f"{x:,.{nd}f}"
+
+
+md = []
+m = machine
+md.append(f"# oncegate benchmark, {m['date_utc']}, {m['host']}\n")
+md.append(
+    f"- machine: {m['nproc']} cores ({m['cpu']}), {m['memory_mib']} MiB, Linux {m['kernel']}\n"
+    f"- {m['postgres']}\n- Postgres settings: {m['postgres_settings']}\n"
+    f"- git {m['git_rev']}; Redis L2: {m['redis']}; {m['sidecar_env']}\n"
+    f"- {m['rounds']} interleaved rounds, {m['seconds_per_measurement']} s per measurement; "
+    "client, sidecar, Postgres and Redis share the machine\n"
+)
+md.append("## Ratios (median of the per-round ratios)\n")
+md.append("| ratio | per round | median | target | met |\n|---|---|---|---|---|")
+for label, r in summary["ratios"].items():
+    per = ", ".join(fmt(x, 2) for x in r["per_round"])
+    md.append(f"| {label} | {per} | **{fmt(r['median'], 2)}** | {r['target']} | {'yes' if r['met'] else 'no'} |")
+md.append("\n## Figures (medians)\n")
+md.append("| measurement | per round | median /s | p99 ms (median) |\n|---|---|---|---|")
+for name, f in summary["figures"].items():
+    per = ", ".join(fmt(x) for x in f["per_round"])
+    md.append(f"| {f['description']} | {per} | **{fmt(f['median'])}** | {fmt(f['p99_ms_median'], 2)} |")
+if "memory" in summary:
+    s = summary["memory"]
+    md.append("\n## Memory\n")
+    md.append(
+        f"{s['distinct_keys']:,} distinct keys at {fmt(s['claims_per_s'])} claims/s: peak RSS (VmHWM) "
+        f"**{s['vmhwm_mib']:.1f} MiB**, RSS at the end {s['vmrss_end_mib']:.1f} MiB; limit L1 budget "
+        f"{s['l1_budget_mib']:.0f} MiB + 64 MiB = {s['limit_mib']:.0f} MiB: {'met' if s['met'] else 'NOT met'}; "
+        f"ledger {'OK' if s['ledger_ok'] else 'MISMATCH'}."
+    )
+if "growth" in summary:
+    g = summary["growth"]
+    md.append("\n## Growth\n")
+    md.append(
+        f"Fresh claims at 64 clients (group commit on) with {g['existing_claims']:,} existing claims "
+        f"(filled by bench/fill.sql in {g['fill_seconds']} s) vs an empty table, interleaved.\n\n"
+        f"- p99 empty: {', '.join(fmt(x, 2) for x in g['p99_ms_empty_per_round'])} ms; "
+        f"full: {', '.join(fmt(x, 2) for x in g['p99_ms_full_per_round'])} ms\n"
+        f"- throughput empty {fmt(g['claims_per_s_empty'])}/s, full {fmt(g['claims_per_s_full'])}/s\n"
+        f"- p99 ratio full/empty per round {', '.join(fmt(x, 2) for x in g['ratio_per_round'])}: "
+        f"median **{fmt(g['ratio_median'], 2)}** (target {g['target']}: {'met' if g['met'] else 'NOT met'})"
+    )
+text = "\n".join(md) + "\n"
+open(base + ".md", "w").write(text)
+print(text)
