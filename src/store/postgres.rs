@@ -139,78 +139,112 @@ async fn bump_balances(
     Ok((last, counts))
 }
 
-/// One audit row per item decided in the transaction. A processed item is
-/// flagged `payload_changed` when the ledger already holds its award id and
-/// timestamp under another key (checked before this batch's ledger rows go in,
-/// so within-batch repeats come from `in_batch`). Returns the flagged count.
-#[allow(clippy::too_many_arguments)]
+/// The audit rows of one transaction: one per item decided in it.
+struct AuditRows<'a> {
+    decision: Vec<&'static str>,
+    tier: Vec<Option<&'static str>>,
+    prefix: Vec<&'a str>,
+    award: Vec<&'a str>,
+    ts: Vec<&'a str>,
+    key: Vec<&'a str>,
+    in_batch: Vec<bool>,
+}
+
+impl<'a> AuditRows<'a> {
+    fn new(
+        items: &[&'a Submission],
+        outcomes: &[ClaimOutcome],
+        in_batch_changed: &HashMap<&str, bool>,
+    ) -> Self {
+        let n = items.len();
+        let mut rows = Self {
+            decision: Vec::with_capacity(n),
+            tier: Vec::with_capacity(n),
+            prefix: Vec::with_capacity(n),
+            award: Vec::with_capacity(n),
+            ts: Vec::with_capacity(n),
+            key: Vec::with_capacity(n),
+            in_batch: Vec::with_capacity(n),
+        };
+        for (s, o) in items.iter().zip(outcomes) {
+            let (d, t) = match o {
+                ClaimOutcome::Claimed(_) => ("processed", None),
+                ClaimOutcome::Duplicate(_) => ("duplicate", Some("DATABASE")),
+                ClaimOutcome::KeyReused(_) => ("rejected", Some("DATABASE")),
+            };
+            rows.decision.push(d);
+            rows.tier.push(t);
+            rows.prefix.push(key_prefix(&s.key));
+            rows.award.push(s.award_id.as_str());
+            rows.ts.push(s.submission_timestamp.as_str());
+            rows.key.push(s.key.as_str());
+            rows.in_batch
+                .push(in_batch_changed.get(s.key.as_str()).copied().unwrap_or(false));
+        }
+        rows
+    }
+}
+
+/// The audit insert, as a `concat!` piece ($1 = at, $2 = instance, $3..$9 = the rows). A processed
+/// item is flagged `payload_changed` when the ledger already holds its award
+/// id and timestamp under another key; the probe sees the ledger as it was
+/// before this batch's rows (they go in later, or in the same statement,
+/// whose snapshot does not include them), so within-batch repeats come from
+/// the `b` column.
+macro_rules! audit_insert {
+    () => {
+        "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
+       SELECT $1, x.d, x.t, x.p, x.a, $2, \
+         x.d = 'processed' AND (x.b OR EXISTS (SELECT 1 FROM disbursements o \
+           WHERE o.award_id = x.a AND o.submission_timestamp = x.ts AND o.idempotency_key <> x.k)), \
+         CASE WHEN x.d = 'rejected' THEN 'idempotency key reused with a different submission' END \
+       FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[]) \
+         AS x(d, t, p, a, ts, k, b) \
+       RETURNING payload_changed"
+    };
+}
+
+/// Writes the audit rows alone (a transaction that claimed nothing).
+/// Returns how many were flagged `payload_changed`.
 async fn insert_audit(
     tx: &mut Transaction<'_, Postgres>,
-    items: &[&Submission],
-    outcomes: &[ClaimOutcome],
-    in_batch_changed: &HashMap<&str, bool>,
+    audit: &AuditRows<'_>,
     ctx: &ClaimContext,
     now: OffsetDateTime,
 ) -> Result<i64, StoreError> {
-    let n = items.len();
-    let (mut decision, mut tier, mut prefix) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
+    const SQL: &str = concat!(
+        "WITH ins AS (",
+        audit_insert!(),
+        ") SELECT count(*) FILTER (WHERE payload_changed) FROM ins"
     );
-    let (mut award, mut ts, mut key, mut in_batch) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for (s, o) in items.iter().zip(outcomes) {
-        let (d, t) = match o {
-            ClaimOutcome::Claimed(_) => ("processed", None),
-            ClaimOutcome::Duplicate(_) => ("duplicate", Some("DATABASE")),
-            ClaimOutcome::KeyReused(_) => ("rejected", Some("DATABASE")),
-        };
-        decision.push(d);
-        tier.push(t);
-        prefix.push(key_prefix(&s.key));
-        award.push(s.award_id.as_str());
-        ts.push(s.submission_timestamp.as_str());
-        key.push(s.key.as_str());
-        in_batch.push(in_batch_changed.get(s.key.as_str()).copied().unwrap_or(false));
-    }
-    let flagged: i64 = sqlx::query_scalar(
-        "WITH ins AS ( \
-           INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
-           SELECT $1, x.d, x.t, x.p, x.a, $2, \
-             x.d = 'processed' AND (x.b OR EXISTS (SELECT 1 FROM disbursements o \
-               WHERE o.award_id = x.a AND o.submission_timestamp = x.ts AND o.idempotency_key <> x.k)), \
-             CASE WHEN x.d = 'rejected' THEN 'idempotency key reused with a different submission' END \
-           FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[]) \
-             AS x(d, t, p, a, ts, k, b) \
-           RETURNING payload_changed) \
-         SELECT count(*) FILTER (WHERE payload_changed) FROM ins",
-    )
-    .bind(now)
-    .bind(&*ctx.instance)
-    .bind(&decision)
-    .bind(&tier)
-    .bind(&prefix)
-    .bind(&award)
-    .bind(&ts)
-    .bind(&key)
-    .bind(&in_batch)
-    .fetch_one(&mut **tx)
-    .await?;
+    let flagged: i64 = sqlx::query_scalar(SQL)
+        .bind(now)
+        .bind(&*ctx.instance)
+        .bind(&audit.decision)
+        .bind(&audit.tier)
+        .bind(&audit.prefix)
+        .bind(&audit.award)
+        .bind(&audit.ts)
+        .bind(&audit.key)
+        .bind(&audit.in_batch)
+        .fetch_one(&mut **tx)
+        .await?;
     Ok(flagged)
 }
 
-/// Writes the ledger rows; a key already in the ledger (its claim purged)
-/// aborts the batch as a late redelivery.
-async fn insert_ledger(
+/// The audit rows, the ledger rows and the outbox events of a transaction
+/// that claimed something, in one statement (one round trip instead of
+/// three). A key already in the ledger (its claim purged) is a late
+/// redelivery: the statement reports it and the batch aborts, so neither its
+/// ledger rows nor its events are committed. Returns the flagged count.
+async fn insert_effects(
     tx: &mut Transaction<'_, Postgres>,
+    audit: &AuditRows<'_>,
     claimed: &[&Submission],
     rows: &[Disbursement],
-) -> Result<(), StoreError> {
+    ctx: &ClaimContext,
+    now: OffsetDateTime,
+) -> Result<i64, StoreError> {
     let ids: Vec<Uuid> = rows.iter().map(|d| d.id).collect();
     let keys: Vec<&str> = claimed.iter().map(|s| s.key.as_str()).collect();
     let awards: Vec<&str> = claimed.iter().map(|s| s.award_id.as_str()).collect();
@@ -220,24 +254,57 @@ async fn insert_ledger(
     let digests: Vec<&str> = claimed.iter().map(|s| s.payload_digest.as_str()).collect();
     let prints: Vec<&str> = claimed.iter().map(|s| s.fingerprint.as_str()).collect();
     let recorded: Vec<OffsetDateTime> = rows.iter().map(|d| d.recorded_at).collect();
-    let inserted: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
-           submission_timestamp, payload_digest, fingerprint, recorded_at) \
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], \
-           $6::text[], $7::text[], $8::text[], $9::timestamptz[]) \
-         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-    )
-    .bind(&ids)
-    .bind(&keys)
-    .bind(&awards)
-    .bind(&amounts)
-    .bind(&seqs)
-    .bind(&ts)
-    .bind(&digests)
-    .bind(&prints)
-    .bind(&recorded)
-    .fetch_all(&mut **tx)
-    .await?;
+    let event_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+    let bodies: Vec<String> = claimed
+        .iter()
+        .zip(rows)
+        .zip(&event_ids)
+        .map(|((s, d), id)| event_json(*id, s, d))
+        .collect();
+    // Outbox: clock_timestamp() is taken after the awards' balance rows are
+    // locked (earlier in the transaction), so per award created_at order is
+    // sequence order.
+    const SQL: &str = concat!(
+        "WITH aud AS (",
+        audit_insert!(),
+        "), \
+         led AS ( \
+           INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
+             submission_timestamp, payload_digest, fingerprint, recorded_at) \
+           SELECT * FROM unnest($10::uuid[], $11::text[], $12::text[], $13::bigint[], $14::bigint[], \
+             $15::text[], $16::text[], $17::text[], $18::timestamptz[]) \
+           ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key), \
+         ob AS ( \
+           INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
+           SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp() \
+           FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[]) AS x(e, a, s, p) \
+           ORDER BY a, s) \
+         SELECT (SELECT count(*) FILTER (WHERE payload_changed) FROM aud), \
+           (SELECT coalesce(array_agg(idempotency_key), '{}') FROM led)"
+    );
+    let (flagged, inserted): (i64, Vec<String>) = sqlx::query_as(SQL)
+        .bind(now)
+        .bind(&*ctx.instance)
+        .bind(&audit.decision)
+        .bind(&audit.tier)
+        .bind(&audit.prefix)
+        .bind(&audit.award)
+        .bind(&audit.ts)
+        .bind(&audit.key)
+        .bind(&audit.in_batch)
+        .bind(&ids)
+        .bind(&keys)
+        .bind(&awards)
+        .bind(&amounts)
+        .bind(&seqs)
+        .bind(&ts)
+        .bind(&digests)
+        .bind(&prints)
+        .bind(&recorded)
+        .bind(&event_ids)
+        .bind(&bodies)
+        .fetch_one(&mut **tx)
+        .await?;
     if inserted.len() < claimed.len() {
         let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
         let late = keys
@@ -247,38 +314,7 @@ async fn insert_ledger(
             .collect();
         return Err(StoreError::LateRedelivery(late));
     }
-    Ok(())
-}
-
-async fn insert_outbox(
-    tx: &mut Transaction<'_, Postgres>,
-    claimed: &[&Submission],
-    rows: &[Disbursement],
-) -> Result<(), StoreError> {
-    let ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
-    let awards: Vec<&str> = rows.iter().map(|d| d.award_id.as_str()).collect();
-    let seqs: Vec<i64> = rows.iter().map(|d| d.sequence).collect();
-    let bodies: Vec<String> = claimed
-        .iter()
-        .zip(rows)
-        .zip(&ids)
-        .map(|((s, d), id)| event_json(*id, s, d))
-        .collect();
-    // clock_timestamp(): taken after the award's balance row is locked, so
-    // per award, created_at order is sequence order.
-    sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-         SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp() \
-         FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[]) AS x(e, a, s, p) \
-         ORDER BY a, s",
-    )
-    .bind(&ids)
-    .bind(&awards)
-    .bind(&seqs)
-    .bind(&bodies)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    Ok(flagged)
 }
 
 async fn claim_in_tx(
@@ -351,13 +387,14 @@ async fn claim_in_tx(
         .zip(changed_within_batch(&claimed))
         .map(|(s, c)| (s.key.as_str(), c))
         .collect();
-    let flagged = insert_audit(tx, items, &outcomes, &in_batch, ctx, now).await?;
+    let audit = AuditRows::new(items, &outcomes, &in_batch);
+    let flagged = if claimed.is_empty() {
+        insert_audit(tx, &audit, ctx, now).await?
+    } else {
+        insert_effects(tx, &audit, &claimed, &rows, ctx, now).await?
+    };
     if flagged > 0 {
         metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(flagged as u64);
-    }
-    if !claimed.is_empty() {
-        insert_ledger(tx, &claimed, &rows).await?;
-        insert_outbox(tx, &claimed, &rows).await?;
     }
     Ok(outcomes)
 }
