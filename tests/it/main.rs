@@ -4,6 +4,7 @@
 
 mod chaos;
 mod helpers;
+mod hostile;
 mod keys;
 mod relay;
 mod retention;
