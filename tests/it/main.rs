@@ -8,5 +8,6 @@ mod hostile;
 mod keys;
 mod relay;
 mod retention;
+mod security;
 mod store_suite;
 mod tiers;
