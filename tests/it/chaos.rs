@@ -109,10 +109,16 @@ fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// `initdb` or `pg_ctl`: from `ONCEGATE_TEST_PG_BIN` (set by `scripts/test`)
+/// or the `PATH`; as the `postgres` user when running as root.
 fn pg_command(program: &str) -> std::process::Command {
+    let program = match std::env::var("ONCEGATE_TEST_PG_BIN") {
+        Ok(dir) if !dir.is_empty() => format!("{dir}/{program}"),
+        _ => program.to_string(),
+    };
     if running_as_root() {
         let mut c = std::process::Command::new("runuser");
-        c.args(["-u", "postgres", "--", program]);
+        c.args(["-u", "postgres", "--", &program]);
         c
     } else {
         std::process::Command::new(program)
