@@ -281,7 +281,9 @@ impl App {
             args.max_batch_items,
         ))
         .max_decoding_message_size(args.max_message_bytes);
-        let mut builder = Server::builder();
+        let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
+            size_limit_is_resource_exhausted as fn(_) -> _,
+        ));
         if let Some(tls) = tls {
             builder = builder.tls_config(tls).context("configuring TLS")?;
         }
@@ -338,6 +340,27 @@ impl App {
         tracing::info!("oncegate stopped");
         failure.map_or(Ok(()), Err)
     }
+}
+
+/// tonic refuses a request over the decoding limit with `OUT_OF_RANGE`; the
+/// contract (DESIGN §1) answers every size limit with `RESOURCE_EXHAUSTED`.
+/// Decode errors are trailers-only responses, so the status is in the headers.
+fn size_limit_is_resource_exhausted(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    let headers = response.headers_mut();
+    let over_limit = headers.get("grpc-status").is_some_and(|s| s == "11")
+        && headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .is_some_and(|m| m.contains("too%20large") || m.contains("too large"));
+    if over_limit {
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from(tonic::Code::ResourceExhausted as i32),
+        );
+    }
+    response
 }
 
 async fn set_serving(reporter: &HealthReporter, serving: bool) {
