@@ -92,7 +92,10 @@ impl StoreError {
     pub fn from_sqlx(err: sqlx::Error) -> Self {
         use sqlx::Error as E;
         match &err {
-            E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::WorkerCrashed => {
+            // A protocol error is a broken connection (e.g. a server that went
+            // away mid-handshake); like I/O it is retried, and the claim makes
+            // the retry safe whatever the outcome was.
+            E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed => {
                 Self::Unavailable(err.to_string())
             }
             E::Database(db) => {

@@ -222,8 +222,12 @@ async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_never_publish_a_row_twice_and_together_publish_all() {
     let db = TestDb::new(Kind::Postgres).await;
-    let awards = ["AWD-T1", "AWD-T2", "AWD-T3", "AWD-T4", "AWD-T5", "AWD-T6"];
-    outbox_of(&db, &awards, 10).await;
+    // More awards than two batches cover: a relay never leases an event while
+    // an earlier event of its award is leased elsewhere, so the relays split
+    // the work by award.
+    let names: Vec<String> = (1..=20).map(|i| format!("AWD-T{i}")).collect();
+    let awards: Vec<&str> = names.iter().map(String::as_str).collect();
+    outbox_of(&db, &awards, 3).await;
     let stream = unique("og-it-two-");
     let lease = Duration::from_secs(60);
     let (store1, store2) = (db.open().await, db.open().await);
@@ -243,6 +247,11 @@ async fn two_relays_never_publish_a_row_twice_and_together_publish_all() {
     assert_eq!((l1.len(), l2.len()), (7, 7));
     let ids1: HashSet<_> = l1.iter().map(|e| e.event_id).collect();
     assert!(l2.iter().all(|e| !ids1.contains(&e.event_id)), "leases overlap");
+    let awards1: HashSet<&str> = l1.iter().map(|e| e.award_id.as_str()).collect();
+    assert!(
+        l2.iter().all(|e| !awards1.contains(e.award_id.as_str())),
+        "an award's events stay with one relay at a time"
+    );
 
     // A row locked by a third party (a relay mid-lease) is skipped, not waited on.
     let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
@@ -648,10 +657,11 @@ async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
         .set(&stream, "not a stream", None, None, false)
         .await
         .unwrap();
+    // A short lease: events leased but not published below come back soon.
     let relay = Relay::new(
         db.open().await,
         redis_sink(&stream).await,
-        relay_settings("it-order", 100, Duration::from_secs(30), 100),
+        relay_settings("it-order", 100, Duration::from_millis(300), 100),
     );
     let first = relay.step().await.unwrap();
     assert_eq!(
@@ -664,10 +674,17 @@ async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
     for i in 3..5 {
         submit(i).await;
     }
-    let meanwhile = relay.step().await.unwrap();
-    assert_eq!(
-        meanwhile.leased, 0,
-        "later events of the same award wait for the earlier ones"
+    // Whenever the relay looks (the failed events' 100 ms backoff may or may
+    // not have passed on a loaded machine), only each award's first event
+    // can be handed out: never a later one ahead of it.
+    let meanwhile = relay.lease().await.unwrap();
+    assert!(
+        meanwhile.iter().all(|e| e.sequence == 1),
+        "later events of the same award wait for the earlier ones: {:?}",
+        meanwhile
+            .iter()
+            .map(|e| (&e.award_id, e.sequence))
+            .collect::<Vec<_>>()
     );
     // The broker recovers.
     let _: i64 = client.del(&stream).await.unwrap();

@@ -49,6 +49,15 @@ fn policy(retention_days: u64, outbox_days: u64, batch: i64) -> RetentionPolicy 
     }
 }
 
+/// Lowers the database's retention floor (an owner decision; 3 years by
+/// default) so a test can purge with a short retention. SQLite has no floor.
+async fn lower_the_retention_floor(db: &TestDb) {
+    if db.kind == Kind::Postgres {
+        db.exec("UPDATE oncegate_retention_floor SET min_retention = interval '0'")
+            .await;
+    }
+}
+
 /// A timestamp `secs` seconds ago, as a SQL expression of the column's type.
 fn ago(kind: Kind, secs: i64) -> String {
     match kind {
@@ -162,6 +171,7 @@ async fn purge_removes_exactly_the_rows_older_than_retention(kind: Kind) {
     ))
     .await;
 
+    lower_the_retention_floor(&db).await;
     let retention = Retention::new(store.clone(), policy(30, 1, 2));
     let report = retention.step().await.unwrap();
     assert!(report.ran);
@@ -271,6 +281,7 @@ async fn audit_partitions_older_than_retention_are_dropped_whole() {
     );
     assert_eq!(db.scalar("SELECT count(*) FROM audit_log_2020_03").await, 3);
 
+    lower_the_retention_floor(&db).await;
     let report = Retention::new(store, policy(retention_days, 7, 2))
         .step()
         .await
@@ -661,4 +672,22 @@ async fn purge_subcommand_purges_once_or_skips_while_another_instance_purges() {
     assert!(status.success(), "{status:?}");
     assert_eq!(out, "purged claims=1 audit=0 outbox=0");
     assert_eq!(db.counts().await.claims, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_floor_keeps_audit_rows_a_shorter_retention_would_drop() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let store = db.open().await;
+    store
+        .append_audit(&[
+            audit_row("FLOOR-YOUNG", days_ago(40.0)),
+            audit_row("FLOOR-OLD", days_ago(4.0 * 365.0)),
+        ])
+        .await
+        .unwrap();
+    // ONCEGATE_RETENTION=30days asks for more than the owner allows (3 years).
+    let report = Retention::new(store, policy(30, 1, 100)).step().await.unwrap();
+    assert_eq!(report.audit_deleted, 1, "only the row older than the floor goes");
+    assert_eq!(count_where(&db, "audit_log", "award_id = 'FLOOR-YOUNG'").await, 1);
+    assert_eq!(count_where(&db, "audit_log", "award_id = 'FLOOR-OLD'").await, 0);
 }
