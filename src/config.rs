@@ -205,6 +205,9 @@ pub struct RelaySettingsArgs {
     /// Fallback polling interval (Postgres also wakes the relay by LISTEN/NOTIFY).
     #[arg(long, env = "ONCEGATE_RELAY_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub relay_poll: Duration,
+    /// Delay before retrying a failed publish (doubles per attempt, at most the lease).
+    #[arg(long, env = "ONCEGATE_RELAY_RETRY_BACKOFF", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub relay_retry_backoff: Duration,
     /// Failed publishes before an event is quarantined.
     #[arg(long, env = "ONCEGATE_RELAY_MAX_ATTEMPTS", default_value_t = 10)]
     pub relay_max_attempts: i32,

@@ -6,7 +6,8 @@
 //! `Nats-Msg-Id`) or the consumer drop the repeat.
 //!
 //! A failed publish postpones that event and the rest of its award's events
-//! in the batch by a backoff (100 ms doubling, at most the lease), and no
+//! in the batch by a backoff (`ONCEGATE_RELAY_RETRY_BACKOFF`, 100 ms,
+//! doubling, at most the lease), and no
 //! later event of that award is leased meanwhile, so an award's events go out
 //! in sequence order; after `max_attempts` failures the event is quarantined
 //! and the award's events flow again.
@@ -82,6 +83,8 @@ pub struct RelaySettings {
     pub poll: Duration,
     pub max_attempts: i32,
     pub owner: String,
+    /// Delay before the first retry of a failed publish; doubles per attempt.
+    pub retry_backoff: Duration,
 }
 
 /// What one step did.
@@ -163,10 +166,11 @@ impl Relay {
         Ok((published, report))
     }
 
-    /// Retry delay after the `attempt`-th failure: 100 ms doubling, at most the lease.
+    /// Retry delay after the `attempt`-th failure: the base backoff
+    /// doubling, at most the lease.
     fn backoff(&self, attempt: i32) -> Duration {
         let exp = attempt.clamp(1, 16) as u32 - 1;
-        (Duration::from_millis(100) * 2u32.pow(exp)).min(self.settings.lease)
+        (self.settings.retry_backoff * 2u32.pow(exp)).min(self.settings.lease)
     }
 
     /// One full step: lease, publish, mark.
@@ -248,6 +252,7 @@ impl Relay {
                     poll: args.relay_poll,
                     max_attempts: args.relay_max_attempts.max(1),
                     owner,
+                    retry_backoff: args.relay_retry_backoff,
                 },
             )
         }))

@@ -49,6 +49,7 @@ pub fn relay_settings(owner: &str, batch: i64, lease: Duration, max_attempts: i3
         poll: Duration::from_millis(100),
         max_attempts,
         owner: owner.into(),
+        retry_backoff: Duration::from_millis(100),
     }
 }
 
@@ -657,12 +658,18 @@ async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
         .set(&stream, "not a stream", None, None, false)
         .await
         .unwrap();
-    // A short lease: events leased but not published below come back soon.
+    // A retry backoff far longer than the steps below take, so "meanwhile"
+    // is really before the failed events' retry.
+    let backoff = Duration::from_secs(5);
     let relay = Relay::new(
         db.open().await,
         redis_sink(&stream).await,
-        relay_settings("it-order", 100, Duration::from_millis(300), 100),
+        RelaySettings {
+            retry_backoff: backoff,
+            ..relay_settings("it-order", 100, Duration::from_secs(30), 100)
+        },
     );
+    let failed_at = std::time::Instant::now();
     let first = relay.step().await.unwrap();
     assert_eq!(
         (first.leased, first.failed, first.published),
@@ -674,22 +681,25 @@ async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
     for i in 3..5 {
         submit(i).await;
     }
-    // Whenever the relay looks (the failed events' 100 ms backoff may or may
-    // not have passed on a loaded machine), only each award's first event
-    // can be handed out: never a later one ahead of it.
+    // Until the failed events' retry, nothing of these awards is handed out:
+    // neither the postponed events nor the new ones behind them.
     let meanwhile = relay.lease().await.unwrap();
     assert!(
-        meanwhile.iter().all(|e| e.sequence == 1),
-        "later events of the same award wait for the earlier ones: {:?}",
+        failed_at.elapsed() < backoff,
+        "the test outran its backoff; too slow a machine"
+    );
+    assert_eq!(
         meanwhile
             .iter()
             .map(|e| (&e.award_id, e.sequence))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>(),
+        Vec::<(&String, i64)>::new(),
+        "later events of the same award wait for the earlier ones"
     );
     // The broker recovers.
     let _: i64 = client.del(&stream).await.unwrap();
     let s = stream.clone();
-    let drained = eventually(Duration::from_secs(10), || {
+    let drained = eventually(backoff + Duration::from_secs(10), || {
         let (relay, s) = (&relay, s.clone());
         async move {
             relay.step().await.unwrap();
