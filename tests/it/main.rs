@@ -2,6 +2,22 @@
 //! over loopback. Each test has its own database and Redis key prefix, so
 //! the suite runs in parallel. `TEST_LOG=1` shows tracing output.
 
+/// Runs each named `async fn(Kind)` test on both stores, as
+/// `<module>::postgres::<name>` and `<module>::sqlite::<name>`: one test
+/// code, both backends (the conformance suite's pattern).
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(crate::helpers::Kind::Postgres).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(crate::helpers::Kind::Sqlite).await })*
+        }
+    };
+}
+
 mod chaos;
 mod helpers;
 mod hostile;

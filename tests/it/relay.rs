@@ -19,20 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Postgres).await })*
-        }
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Sqlite).await })*
-        }
-    };
-}
-
-both_stores!(
+on_both_stores!(
     every_processed_event_reaches_the_redis_stream_once_in_award_order,
     relay_killed_before_marking_republishes_after_the_lease,
     jetstream_drops_the_republished_event_by_msg_id,

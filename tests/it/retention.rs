@@ -15,20 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Postgres).await })*
-        }
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Sqlite).await })*
-        }
-    };
-}
-
-both_stores!(
+on_both_stores!(
     audit_log_and_ledger_reject_update_and_delete,
     purge_removes_exactly_the_rows_older_than_retention,
     late_redelivery_after_the_real_purge_is_not_double_posted,

@@ -6,20 +6,7 @@ use crate::helpers::*;
 use oncegate::pb::{self, Outcome, Tier};
 use tonic::Code;
 
-macro_rules! store_suite {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Postgres).await })*
-        }
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(crate::helpers::Kind::Sqlite).await })*
-        }
-    };
-}
-
-store_suite!(
+on_both_stores!(
     first_delivery_is_claimed_with_sequence_and_total,
     duplicate_is_rejected_atomically_with_the_same_result,
     replay_after_lost_ack_is_a_database_duplicate,
