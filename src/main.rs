@@ -57,8 +57,10 @@ fn init_tracing(format: LogFormat, default_level: &str) -> tracing_appender::non
     use tracing_subscriber::EnvFilter;
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colour only for a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
