@@ -124,5 +124,4 @@ fn describe() {
         "oncegate_purge_lag_seconds",
         "How far the oldest claim is past retention"
     );
-    describe_gauge!("oncegate_in_flight_requests", "Requests being decided");
 }
