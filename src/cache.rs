@@ -37,10 +37,4 @@ impl LocalCache {
     pub async fn insert(&self, result: Arc<StoredResult>) {
         self.inner.insert(Arc::from(result.key.as_str()), result).await;
     }
-
-    /// Entries and weighted bytes, after pending maintenance.
-    pub async fn usage(&self) -> (u64, u64) {
-        self.inner.run_pending_tasks().await;
-        (self.inner.entry_count(), self.inner.weighted_size())
-    }
 }

@@ -204,11 +204,6 @@ impl RedisTier {
     pub async fn quit(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.client.quit()).await;
     }
-
-    /// Whether the breaker currently lets calls through.
-    pub fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
-    }
 }
 
 /// `r1|fingerprint|disbursement id|amount|recorded µs|sequence|key|award id`

@@ -1,7 +1,6 @@
 //! Timestamp formatting shared by the wire, the outbox and the caches.
 
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 /// RFC 3339 UTC with exactly six fractional digits.
 pub fn rfc3339(t: OffsetDateTime) -> String {
@@ -26,9 +25,4 @@ pub fn to_micros(t: OffsetDateTime) -> i64 {
 /// The inverse of [`to_micros`].
 pub fn from_micros(us: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(us as i128 * 1000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
-
-/// Parses an RFC 3339 timestamp.
-pub fn parse(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &Rfc3339).ok()
 }
