@@ -1,41 +1,88 @@
-//! Start-up and shutdown: `App::build` parses nothing and binds everything;
-//! `run_until_shutdown` serves until the signal, then drains in order:
-//! stop accepting → finish in-flight requests and their transactions → stop
-//! the relay and purge → flush the audit queue → exit. Tests boot the real
-//! server on port 0 the same way production does.
+//! Start-up and shutdown. [`App::build`] opens the store, connects the tiers
+//! and the relay sink, reads the TLS files and binds every listener — any
+//! failure happens before anything is served. [`App::run_until_shutdown`]
+//! serves until the signal (or until a background task ends, which is a
+//! failure), then drains in the phases of [`crate::shutdown`]. Tests boot
+//! the real server on port 0 the same way production does.
 
-use crate::audit::{AuditFlusher, AuditQueue};
-use crate::cache::LocalCache;
-use crate::config::{ServeArgs, hostname};
+use crate::audit::{AuditFlusher, AuditQueue, AuditSettings};
+use crate::cache::{CacheSettings, LocalCache};
 use crate::error::StoreError;
 use crate::gate::Gate;
 use crate::group_commit::{Committer, GroupCommitSettings};
 use crate::pb;
 use crate::redis_tier::{RedisSettings, RedisTier};
-use crate::relay::Relay;
+use crate::relay::{Relay, RelaySettings, SinkSettings};
 use crate::retention::Retention;
+use crate::secret::mask_url;
 use crate::server::GateService;
-use crate::store::{self, ClaimContext, Store};
+use crate::shutdown::{Phase, Shutdown, Stop, Tasks, unexpected_exit};
+use crate::store::{self, ClaimContext, RetentionPolicy, Store, StoreSettings};
 use crate::submission::Limits;
 use anyhow::Context;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::server::HealthReporter;
 
+/// Everything `serve` runs with; built and checked by `config`.
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    /// Written to audit rows and relay leases.
+    pub instance: Arc<str>,
+    pub store: StoreSettings,
+    pub migrate_on_start: bool,
+    /// How long start-up waits for the store to become reachable.
+    pub startup_timeout: Duration,
+    pub listen: SocketAddr,
+    pub health_listen: Option<SocketAddr>,
+    pub metrics_listen: SocketAddr,
+    pub tls: Option<TlsFiles>,
+    /// Bound on the drain.
+    pub shutdown_grace: Duration,
+    pub cache: CacheSettings,
+    pub redis: Option<RedisSettings>,
+    pub group_commit: GroupCommitSettings,
+    pub audit: AuditSettings,
+    pub sink: SinkSettings,
+    pub relay: RelaySettings,
+    pub retention: RetentionPolicy,
+    /// How often the purge runs; zero: never.
+    pub purge_interval: Duration,
+    pub limits: Limits,
+    pub server: ServerLimits,
+}
+
+/// PEM files for TLS on the gRPC listener; a client CA makes it mTLS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Admission limits of the gRPC service.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub max_in_flight: usize,
+    pub max_batch_items: usize,
+    pub max_message_bytes: usize,
+}
+
 pub struct App {
-    args: ServeArgs,
+    config: AppConfig,
     store: Arc<dyn Store>,
     gate: Arc<Gate>,
     redis: Option<Arc<RedisTier>>,
     workers: JoinSet<()>,
     flusher: AuditFlusher,
     relay: Option<Relay>,
+    tls: Option<ServerTlsConfig>,
     grpc: TcpListener,
     health: Option<TcpListener>,
     metrics: TcpListener,
@@ -75,77 +122,77 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("binding {what} on {addr}"))
 }
 
+/// Reads and checks the PEM files (a bad certificate fails here, before
+/// any port is bound).
+fn load_tls(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
+    let read =
+        |p: &PathBuf, what: &str| std::fs::read(p).with_context(|| format!("reading {what} {}", p.display()));
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+        read(&files.cert, "ONCEGATE_TLS_CERT")?,
+        read(&files.key, "ONCEGATE_TLS_KEY")?,
+    ));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca, "ONCEGATE_TLS_CLIENT_CA")?));
+    }
+    Server::builder()
+        .tls_config(tls.clone())
+        .context("ONCEGATE_TLS_CERT / ONCEGATE_TLS_KEY: not a usable certificate and key")?;
+    Ok(tls)
+}
+
 impl App {
-    /// Opens the store, connects the tiers and the relay sink, and binds
-    /// every listener. Fails (with context) before anything is served.
-    pub async fn build(args: ServeArgs) -> anyhow::Result<Self> {
+    /// Opens the store, connects the tiers and the relay sink, reads the TLS
+    /// files and binds every listener. Fails (with context) before anything
+    /// is served.
+    pub async fn build(config: AppConfig) -> anyhow::Result<Self> {
         crate::metrics::handle();
-        let instance: Arc<str> = args.instance_id.clone().unwrap_or_else(hostname).into();
-        let store = store::open(&args.store.url(), args.store.db_pool_size)
-            .await
-            .context("opening the store")?;
-        prepare_store(&*store, args.migrate_on_start, args.startup_timeout).await?;
-
-        let redis = match &args.redis_url {
-            Some(url) if !url.is_empty() => Some(Arc::new(
-                RedisTier::connect(
-                    RedisSettings {
-                        url: url.clone(),
-                        key_prefix: args.redis_key_prefix.clone(),
-                        timeout: args.redis_timeout,
-                        lease_ttl: args.redis_lease_ttl,
-                        dedup_ttl: args.redis_dedup_ttl,
-                        breaker_threshold: args.redis_breaker_threshold,
-                        breaker_cooldown: args.redis_breaker_cooldown,
-                    },
-                    instance.clone(),
-                )
-                .await
-                .context("configuring REDIS_URL")?,
+        let tls = config.tls.as_ref().map(load_tls).transpose()?;
+        let store = store::open(&config.store).await.context("opening the store")?;
+        prepare_store(&*store, config.migrate_on_start, config.startup_timeout).await?;
+        let redis = match &config.redis {
+            Some(settings) => Some(Arc::new(
+                RedisTier::connect(settings.clone(), config.instance.clone())
+                    .await
+                    .context("configuring REDIS_URL")?,
             )),
-            _ => None,
+            None => None,
         };
-        let relay = Relay::from_config(&args.relay, store.clone(), instance.to_string()).await?;
-
-        let (committer, workers) = Committer::start(
+        let relay = Relay::connect(&config.sink, config.relay.clone(), store.clone()).await?;
+        let ctx = ClaimContext {
+            instance: config.instance.clone(),
+        };
+        let (committer, workers) = Committer::start(store.clone(), ctx, config.group_commit);
+        let (audit, flusher) = AuditQueue::new(
+            config.audit.queue,
             store.clone(),
-            ClaimContext {
-                instance: instance.clone(),
-            },
-            GroupCommitSettings {
-                max_batch: args.group_commit_max_batch,
-                max_wait: args.group_commit_max_wait,
-                workers: args.group_commit_workers,
-            },
+            config.audit.batch,
+            config.audit.flush_interval,
         );
-        let (audit, flusher) =
-            AuditQueue::new(args.audit_queue, store.clone(), 500, args.audit_flush_interval);
-        let gate = Arc::new(Gate::new(
+        let l1 = LocalCache::new(config.cache.capacity_bytes, config.cache.ttl);
+        let gate = Gate::new(
             store.clone(),
-            LocalCache::new(args.l1_capacity_bytes, args.l1_ttl),
+            l1,
             redis.clone(),
             committer,
             audit,
-            Limits {
-                max_payload_bytes: args.max_payload_bytes,
-            },
-            instance,
-        ));
-
-        let grpc = bind(args.listen, "ONCEGATE_LISTEN").await?;
-        let health = match args.health_listen {
+            config.limits,
+            config.instance.clone(),
+        );
+        let grpc = bind(config.listen, "ONCEGATE_LISTEN").await?;
+        let health = match config.health_listen {
             Some(a) => Some(bind(a, "ONCEGATE_HEALTH_LISTEN").await?),
             None => None,
         };
-        let metrics = bind(args.metrics_listen, "ONCEGATE_METRICS_LISTEN").await?;
+        let metrics = bind(config.metrics_listen, "ONCEGATE_METRICS_LISTEN").await?;
         Ok(Self {
-            args,
+            config,
             store,
-            gate,
+            gate: Arc::new(gate),
             redis,
             workers,
             flusher,
             relay,
+            tls,
             grpc,
             health,
             metrics,
@@ -171,175 +218,200 @@ impl App {
 
     /// One line for the operator: where it listens, which store, which tiers.
     pub fn banner(&self) -> String {
+        let backend = self.store.backend().as_str();
         format!(
-            "oncegate listening on {} (gRPC{}), metrics on http://{}/metrics; store: {} ({}); tiers: L1 moka{}{}",
+            "oncegate listening on {} (gRPC{}), metrics on http://{}/metrics; store: {backend} ({}); tiers: L1 moka{} → {backend}",
             self.local_addr(),
-            if self.args.tls.tls_cert.is_some() {
-                ", TLS"
-            } else {
-                ""
-            },
+            if self.tls.is_some() { ", TLS" } else { "" },
             self.metrics_addr(),
-            self.store.backend().as_str(),
-            crate::config::mask_url(&self.args.store.url()),
+            mask_url(&self.config.store.url),
             if self.redis.is_some() { " → L2 redis" } else { "" },
-            format_args!(" → {}", self.store.backend().as_str()),
         )
     }
 
-    fn tls(&self) -> anyhow::Result<Option<ServerTlsConfig>> {
-        let (Some(cert), Some(key)) = (&self.args.tls.tls_cert, &self.args.tls.tls_key) else {
-            return Ok(None);
-        };
-        let read = |p: &std::path::PathBuf, what: &str| {
-            std::fs::read(p).with_context(|| format!("reading {what} {}", p.display()))
-        };
-        let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
-            read(cert, "ONCEGATE_TLS_CERT")?,
-            read(key, "ONCEGATE_TLS_KEY")?,
-        ));
-        if let Some(ca) = &self.args.tls.tls_client_ca {
-            tls = tls.client_ca_root(Certificate::from_pem(read(ca, "ONCEGATE_TLS_CLIENT_CA")?));
-        }
-        Ok(Some(tls))
-    }
-
-    /// Serves until `signal` resolves, then drains within the grace period.
+    /// Serves until `signal` resolves, then drains within the grace period:
+    /// stop accepting → finish in-flight transactions → stop the relay and
+    /// purge → flush the audit queue. A background task or the server ending
+    /// on its own ends the process with an error naming it.
     pub async fn run_until_shutdown(self, signal: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-        let tls = self.tls()?;
-        let Self {
-            args,
-            store,
-            gate,
-            redis,
-            mut workers,
-            flusher,
-            relay,
-            grpc,
-            health,
-            metrics,
-        } = self;
+        let shutdown = Shutdown::new();
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         set_serving(&health_reporter, true).await;
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()?;
-
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (flush_tx, flush_rx) = watch::channel(false);
-        let mut background: JoinSet<&'static str> = JoinSet::new();
-        background.spawn(async move {
-            flusher.run(flush_rx).await;
-            "audit flusher"
-        });
-        if let Some(relay) = relay {
-            let rx = stop_rx.clone();
-            background.spawn(async move {
-                relay.run(rx).await;
-                "outbox relay"
-            });
-        }
-        if !args.retention.purge_interval.is_zero() {
-            let retention = Retention::new(store.clone(), args.retention.policy());
-            let (rx, interval) = (stop_rx.clone(), args.retention.purge_interval);
-            background.spawn(async move {
-                retention.run(interval, rx).await;
-                "retention purge"
-            });
-        }
-        {
-            let rx = stop_rx.clone();
-            let store = store.clone();
-            background.spawn(async move {
-                report_gauges(&*store, rx).await;
-                "gauges"
-            });
-        }
-        let mut metrics_rx = flush_tx.subscribe();
-        let metrics_server = tokio::spawn(crate::metrics::serve(metrics, async move {
-            let _ = metrics_rx.wait_for(|v| *v).await;
-        }));
-        let health_server = health.map(|listener| {
-            let mut rx = stop_rx.clone();
-            let svc = health_service.clone();
-            tokio::spawn(Server::builder().add_service(svc).serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
-                async move {
-                    let _ = rx.wait_for(|v| *v).await;
-                },
-            ))
-        });
-
-        let service = pb::gate_server::GateServer::new(GateService::new(
-            gate,
-            args.max_in_flight,
-            args.max_batch_items,
-        ))
-        .max_decoding_message_size(args.max_message_bytes);
-        let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
-            size_limit_is_resource_exhausted as fn(_) -> _,
-        ));
-        if let Some(tls) = tls {
-            builder = builder.tls_config(tls).context("configuring TLS")?;
-        }
-        let mut grpc_rx = stop_rx.clone();
-        let mut server = tokio::spawn(
-            builder
-                .add_service(health_service)
-                .add_service(reflection_v1)
-                .add_service(reflection_v1alpha)
-                .add_service(service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-                    let _ = grpc_rx.wait_for(|v| *v).await;
-                }),
+        let mut tasks = Tasks::new();
+        spawn_background(
+            &mut tasks,
+            &shutdown,
+            &self.config,
+            self.store.clone(),
+            self.flusher,
+            self.relay,
         );
-
-        let mut failure = None;
-        tokio::select! {
-            _ = signal => tracing::info!("shutdown signal received; draining"),
-            ended = &mut server => {
-                tracing::error!(?ended, "gRPC server ended on its own");
-                failure = Some(anyhow::anyhow!("gRPC server ended: {ended:?}"));
+        spawn_endpoints(
+            &mut tasks,
+            &shutdown,
+            self.metrics,
+            self.health,
+            health_service.clone(),
+        );
+        let grpc = grpc_server(
+            self.gate,
+            &self.config.server,
+            self.tls,
+            self.grpc,
+            health_service,
+            shutdown.stop_at(Phase::StopAccepting),
+        )?;
+        let mut server = tokio::spawn(grpc);
+        let failure = tokio::select! {
+            _ = signal => {
+                tracing::info!("shutdown signal received; draining");
+                None
             }
-        }
-        let deadline = tokio::time::Instant::now() + args.shutdown_grace;
+            ended = &mut server => Some(anyhow::anyhow!("gRPC server ended on its own: {ended:?}")),
+            exit = tasks.next_exit() => Some(unexpected_exit(exit)),
+        };
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
         set_serving(&health_reporter, false).await;
-        let _ = stop_tx.send(true);
-        if tokio::time::timeout_at(deadline, &mut server).await.is_err() {
-            tracing::warn!("in-flight requests outlived the shutdown grace; abandoning them");
-            server.abort();
-        }
-        // The server (and with it the gate's last queue sender) is gone:
-        // the group-commit workers finish the queued transactions and end.
-        if tokio::time::timeout_at(deadline, async { while workers.join_next().await.is_some() {} })
-            .await
-            .is_err()
-        {
-            tracing::warn!("claim transactions outlived the shutdown grace");
-        }
-        let _ = flush_tx.send(true);
-        let flush_deadline = deadline.max(tokio::time::Instant::now() + Duration::from_secs(5));
-        while let Ok(Some(ended)) = tokio::time::timeout_at(flush_deadline, background.join_next()).await {
-            match ended {
-                Ok(name) => tracing::info!(task = name, "stopped"),
-                Err(e) => tracing::error!(error = %e, "background task failed"),
-            }
-        }
-        if let Some(h) = health_server {
-            h.abort();
-        }
-        let _ = metrics_server.await;
-        if let Some(redis) = redis {
+        drain(&shutdown, server, self.workers, deadline).await;
+        shutdown.advance(Phase::Stopped);
+        tasks
+            .join_all(deadline.max(tokio::time::Instant::now() + Duration::from_secs(5)))
+            .await;
+        if let Some(redis) = self.redis {
             redis.quit().await;
         }
         tracing::info!("oncegate stopped");
         failure.map_or(Ok(()), Err)
     }
+}
+
+/// The first three phases: stop accepting and finish the calls in flight,
+/// let the group-commit workers finish the queued transactions, then stop
+/// the background work and flush the audit queue (joined by the caller).
+async fn drain(
+    shutdown: &Shutdown,
+    mut server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    mut workers: JoinSet<()>,
+    deadline: tokio::time::Instant,
+) {
+    shutdown.advance(Phase::StopAccepting);
+    if tokio::time::timeout_at(deadline, &mut server).await.is_err() {
+        tracing::warn!("in-flight requests outlived the shutdown grace; abandoning them");
+        server.abort();
+    }
+    // The server (and with it the gate's last queue sender) is gone: the
+    // workers finish the queued transactions and end.
+    let finished = tokio::time::timeout_at(deadline, async { while workers.join_next().await.is_some() {} });
+    if finished.await.is_err() {
+        tracing::warn!("claim transactions outlived the shutdown grace");
+    }
+    shutdown.advance(Phase::StopBackground);
+    shutdown.advance(Phase::FlushAudit);
+}
+
+/// The audit flusher, the relay, the purge and the gauges, each ending at
+/// its phase.
+fn spawn_background(
+    tasks: &mut Tasks,
+    shutdown: &Shutdown,
+    config: &AppConfig,
+    store: Arc<dyn Store>,
+    flusher: AuditFlusher,
+    relay: Option<Relay>,
+) {
+    let stop = shutdown.stop_at(Phase::FlushAudit);
+    tasks.spawn("audit flusher", async move {
+        flusher.run(stop).await;
+        Ok(())
+    });
+    if let Some(relay) = relay {
+        let stop = shutdown.stop_at(Phase::StopBackground);
+        tasks.spawn("outbox relay", async move {
+            relay.run(stop).await;
+            Ok(())
+        });
+    }
+    if !config.purge_interval.is_zero() {
+        let retention = Retention::new(store.clone(), config.retention.clone());
+        let (stop, interval) = (shutdown.stop_at(Phase::StopBackground), config.purge_interval);
+        tasks.spawn("retention purge", async move {
+            retention.run(interval, stop).await;
+            Ok(())
+        });
+    }
+    let stop = shutdown.stop_at(Phase::StopBackground);
+    tasks.spawn("gauges", async move {
+        report_gauges(&*store, stop).await;
+        Ok(())
+    });
+}
+
+/// `/metrics` (open until the very end) and the health-only listener
+/// (closed with the gRPC listener).
+fn spawn_endpoints(
+    tasks: &mut Tasks,
+    shutdown: &Shutdown,
+    metrics: TcpListener,
+    health: Option<TcpListener>,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) {
+    let stop = shutdown.stop_at(Phase::Stopped).into_future();
+    tasks.spawn("metrics endpoint", async move {
+        crate::metrics::serve(metrics, stop)
+            .await
+            .context("serving /metrics")
+    });
+    if let Some(listener) = health {
+        let stop = shutdown.stop_at(Phase::StopAccepting).into_future();
+        tasks.spawn("health endpoint", async move {
+            Server::builder()
+                .add_service(health_service)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .await
+                .context("serving ONCEGATE_HEALTH_LISTEN")
+        });
+    }
+}
+
+/// The gRPC server: Gate, health and reflection, until `stop`.
+fn grpc_server(
+    gate: Arc<Gate>,
+    limits: &ServerLimits,
+    tls: Option<ServerTlsConfig>,
+    listener: TcpListener,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    stop: Stop,
+) -> anyhow::Result<impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static> {
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let service = pb::gate_server::GateServer::new(GateService::new(
+        gate,
+        limits.max_in_flight,
+        limits.max_batch_items,
+    ))
+    .max_decoding_message_size(limits.max_message_bytes);
+    let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
+        size_limit_is_resource_exhausted as fn(_) -> _,
+    ));
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("configuring TLS")?;
+    }
+    Ok(builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.into_future()))
 }
 
 /// tonic refuses a request over the decoding limit with `OUT_OF_RANGE`; the
@@ -379,11 +451,11 @@ async fn set_serving(reporter: &HealthReporter, serving: bool) {
 }
 
 /// Pool and outbox gauges, every few seconds.
-async fn report_gauges(store: &dyn Store, mut shutdown: watch::Receiver<bool>) {
+async fn report_gauges(store: &dyn Store, mut stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
-            _ = shutdown.changed() => return,
+            _ = stop.requested() => return,
             _ = tick.tick() => {
                 if let Some((size, idle)) = store.pool_usage() {
                     metrics::gauge!("oncegate_db_pool_connections", "state" => "idle").set(idle as f64);

@@ -4,10 +4,21 @@
 //! transaction.) A bounded queue, flushed in batches on an interval and on
 //! shutdown; anything that does not fit is counted, never blocks a request.
 
+use crate::shutdown::Stop;
 use crate::store::{AuditEntry, Store};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+/// Audit queue settings.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditSettings {
+    /// Rows the queue holds at most; past it rows are dropped (counted).
+    pub queue: usize,
+    /// Rows per write.
+    pub batch: usize,
+    pub flush_interval: Duration,
+}
 
 /// The request side: never blocks.
 #[derive(Clone)]
@@ -94,12 +105,12 @@ impl AuditFlusher {
     }
 
     /// Flushes on every interval until shutdown, then drains the queue.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, mut stop: Stop) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.changed() => break,
+                _ = stop.requested() => break,
                 _ = tick.tick() => {
                     while self.step().await == self.batch {}
                     metrics::gauge!("oncegate_audit_queue_depth").set(self.rx.len() as f64);

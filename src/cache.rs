@@ -15,6 +15,14 @@ use std::time::Duration;
 /// byte budget is a real bound on memory.
 const ENTRY_OVERHEAD: u32 = 680;
 
+/// L1 settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheSettings {
+    /// Byte budget, entries charged what they really cost.
+    pub capacity_bytes: u64,
+    pub ttl: Duration,
+}
+
 #[derive(Clone)]
 pub struct LocalCache {
     inner: Cache<Arc<str>, Arc<StoredResult>>,

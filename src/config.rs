@@ -1,44 +1,28 @@
-//! Command line and environment: parsed once, before any port is bound.
-//! Invalid configuration exits with code 64 and names the setting.
+//! Settings from flags and environment, turned into each component's own
+//! settings type, one way: this module reads the argument groups the
+//! subcommands share and builds [`AppConfig`], [`StoreSettings`],
+//! [`RelaySettings`] and the rest. No component imports clap or this
+//! module; a new setting is a field here and a field in its component's
+//! settings type.
+//!
+//! Everything is checked before any port is bound: a [`ConfigError`] names
+//! the setting, and the process exits with code 64.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::app::{AppConfig, ServerLimits, TlsFiles};
+use crate::audit::AuditSettings;
+use crate::cache::CacheSettings;
+use crate::error::ConfigError;
+use crate::group_commit::GroupCommitSettings;
+use crate::redis_tier::RedisSettings;
+use crate::relay::{RelaySettings, SinkSettings, SinkSpec};
+use crate::secret::mask_url;
+use crate::store::{RetentionPolicy, StoreSettings};
+use crate::submission::Limits;
+use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Exit code for invalid configuration (EX_USAGE).
-pub const EXIT_CONFIG: i32 = 64;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "oncegate",
-    version,
-    about = "Exactly-once effect for message consumers: a gRPC sidecar"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the sidecar: gRPC, metrics, outbox relay, retention purge.
-    Serve(Box<ServeArgs>),
-    /// Apply the database migrations and exit.
-    Migrate(StoreArgs),
-    /// Print the idempotency key of a submission (parity check with other languages).
-    Key(KeyArgs),
-    /// Send one submission to a running sidecar and print the decision.
-    Submit(SubmitArgs),
-    /// Look up the stored result of a key on a running sidecar.
-    Lookup(LookupArgs),
-    /// Load generator: drive a running sidecar, report throughput and latency, check the ledger.
-    Bench(Box<crate::bench::BenchArgs>),
-    /// Run the retention purge once and exit.
-    Purge(PurgeArgs),
-    /// Run the outbox relay alone (no gRPC).
-    Relay(RelayArgs),
-}
 
 /// Where the authoritative store is.
 #[derive(Debug, Clone, Args)]
@@ -61,6 +45,28 @@ impl StoreArgs {
             Some(u) if !u.is_empty() => u.clone(),
             _ => format!("sqlite://{}", self.sqlite_path.display()),
         }
+    }
+
+    /// The store's settings, with at most `max_pool` connections (tools
+    /// need few).
+    pub fn settings(&self, max_pool: u32) -> Result<StoreSettings, ConfigError> {
+        let url = self.url();
+        if !(url.starts_with("postgres://")
+            || url.starts_with("postgresql://")
+            || url.starts_with("sqlite://"))
+        {
+            return Err(ConfigError(format!(
+                "DATABASE_URL must start with postgres:// or sqlite://, got {:?}",
+                mask_url(&url)
+            )));
+        }
+        if self.db_pool_size == 0 {
+            return Err(ConfigError::new("ONCEGATE_DB_POOL_SIZE must be at least 1"));
+        }
+        Ok(StoreSettings {
+            url,
+            pool_size: self.db_pool_size.min(max_pool),
+        })
     }
 }
 
@@ -182,11 +188,24 @@ pub struct TlsArgs {
     pub tls_client_ca: Option<PathBuf>,
 }
 
+impl TlsArgs {
+    fn files(&self) -> Option<TlsFiles> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return None;
+        };
+        Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RelaySettingsArgs {
     /// Where outbox events go: `none`, `log`, `redis://…` (Streams) or `nats://…` (JetStream).
-    #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none")]
-    pub relay_sink: String,
+    #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
+    pub relay_sink: SinkSpec,
     /// Redis stream key, or JetStream stream name.
     #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
     pub relay_stream: String,
@@ -213,6 +232,40 @@ pub struct RelaySettingsArgs {
     pub relay_max_attempts: i32,
 }
 
+fn parse_sink(s: &str) -> Result<SinkSpec, String> {
+    SinkSpec::parse(s)
+}
+
+impl RelaySettingsArgs {
+    /// The sink to connect.
+    pub fn sink(&self) -> SinkSettings {
+        SinkSettings {
+            spec: self.relay_sink.clone(),
+            stream: self.relay_stream.clone(),
+            subject: self.relay_subject.clone(),
+            stream_maxlen: self.relay_stream_maxlen,
+        }
+    }
+
+    /// The relay loop's settings; `owner` names the leases it takes.
+    pub fn relay(&self, owner: &str) -> Result<RelaySettings, ConfigError> {
+        if self.relay_batch < 1 {
+            return Err(ConfigError::new("ONCEGATE_RELAY_BATCH must be at least 1"));
+        }
+        if self.relay_max_attempts < 1 {
+            return Err(ConfigError::new("ONCEGATE_RELAY_MAX_ATTEMPTS must be at least 1"));
+        }
+        Ok(RelaySettings {
+            batch: self.relay_batch,
+            lease: self.relay_lease,
+            poll: self.relay_poll,
+            max_attempts: self.relay_max_attempts,
+            owner: owner.to_string(),
+            retry_backoff: self.relay_retry_backoff,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RetentionArgs {
     /// How long claims and audit rows are kept (2 CFR 200.334: three years).
@@ -230,103 +283,24 @@ pub struct RetentionArgs {
 }
 
 impl RetentionArgs {
-    /// Checks the settings; the error names the one that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The purge's policy; the error names the setting that is wrong.
+    pub fn policy(&self) -> Result<RetentionPolicy, ConfigError> {
         if self.retention.is_zero() {
-            return Err("ONCEGATE_RETENTION must be greater than 0".into());
+            return Err(ConfigError::new("ONCEGATE_RETENTION must be greater than 0"));
         }
         if self.outbox_retention.is_zero() {
-            return Err("ONCEGATE_OUTBOX_RETENTION must be greater than 0".into());
+            return Err(ConfigError::new(
+                "ONCEGATE_OUTBOX_RETENTION must be greater than 0",
+            ));
         }
         if self.purge_batch < 1 {
-            return Err("ONCEGATE_PURGE_BATCH must be at least 1".into());
+            return Err(ConfigError::new("ONCEGATE_PURGE_BATCH must be at least 1"));
         }
-        Ok(())
-    }
-
-    pub fn policy(&self) -> crate::store::RetentionPolicy {
-        crate::store::RetentionPolicy {
+        Ok(RetentionPolicy {
             retention: self.retention,
             outbox_retention: self.outbox_retention,
-            batch_size: self.purge_batch.max(1),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct PurgeArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
-    #[command(flatten)]
-    pub retention: RetentionArgs,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RelayArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
-    #[command(flatten)]
-    pub relay: RelaySettingsArgs,
-    /// Prometheus metrics listen address.
-    #[arg(long, env = "ONCEGATE_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
-    pub metrics_listen: SocketAddr,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct KeyArgs {
-    #[arg(long, required_unless_present = "jsonl")]
-    pub award_id: Option<String>,
-    /// RFC 3339, used verbatim.
-    #[arg(long, required_unless_present = "jsonl")]
-    pub timestamp: Option<String>,
-    /// Payload file; standard input when absent.
-    #[arg(long)]
-    pub payload_file: Option<PathBuf>,
-    /// Read JSON lines {"award_id", "submission_timestamp", "payload_b64"} from stdin; print one key per line.
-    #[arg(long, conflicts_with_all = ["award_id", "timestamp", "payload_file"])]
-    pub jsonl: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct SubmitArgs {
-    /// The sidecar's address.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "http://127.0.0.1:50051")]
-    pub target: String,
-    #[arg(long)]
-    pub award_id: String,
-    /// RFC 3339 (default: now).
-    #[arg(long)]
-    pub timestamp: Option<String>,
-    #[arg(long)]
-    pub amount_cents: i64,
-    /// Payload text.
-    #[arg(long, conflicts_with = "payload_file")]
-    pub payload: Option<String>,
-    #[arg(long)]
-    pub payload_file: Option<PathBuf>,
-    /// Producer-supplied key (instead of the derived one).
-    #[arg(long)]
-    pub idempotency_key: Option<String>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct LookupArgs {
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "http://127.0.0.1:50051")]
-    pub target: String,
-    pub idempotency_key: String,
-}
-
-/// A URL with its password replaced by `***`, for logs and errors.
-pub fn mask_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
+            batch_size: self.purge_batch,
+        })
     }
 }
 
@@ -344,55 +318,95 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| format!("oncegate-{}", std::process::id()))
 }
 
+fn at_least_one(value: usize, name: &str) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError(format!("{name} must be at least 1")));
+    }
+    Ok(())
+}
+
 impl ServeArgs {
-    /// Checks what clap cannot; the error names the setting.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.group_commit_max_batch == 0 {
-            return Err("ONCEGATE_GROUP_COMMIT_MAX_BATCH must be at least 1".into());
-        }
-        if self.max_in_flight == 0 {
-            return Err("ONCEGATE_MAX_IN_FLIGHT must be at least 1".into());
-        }
-        if self.store.db_pool_size == 0 {
-            return Err("ONCEGATE_DB_POOL_SIZE must be at least 1".into());
-        }
+    /// Everything `serve` runs with, checked.
+    pub fn app_config(&self) -> Result<AppConfig, ConfigError> {
+        at_least_one(self.group_commit_max_batch, "ONCEGATE_GROUP_COMMIT_MAX_BATCH")?;
+        at_least_one(self.group_commit_workers, "ONCEGATE_GROUP_COMMIT_WORKERS")?;
+        at_least_one(self.max_in_flight, "ONCEGATE_MAX_IN_FLIGHT")?;
+        at_least_one(self.max_batch_items, "ONCEGATE_MAX_BATCH_ITEMS")?;
         if self.max_payload_bytes > self.max_message_bytes {
-            return Err("ONCEGATE_MAX_PAYLOAD_BYTES must not exceed ONCEGATE_MAX_MESSAGE_BYTES".into());
-        }
-        if self.redis_timeout.is_zero() {
-            return Err("ONCEGATE_REDIS_TIMEOUT must be greater than 0".into());
-        }
-        self.retention.validate()?;
-        crate::relay::SinkSpec::parse(&self.relay.relay_sink).map(|_| ())?;
-        if let Some(url) = &self.store.database_url
-            && !url.is_empty()
-            && !(url.starts_with("postgres://")
-                || url.starts_with("postgresql://")
-                || url.starts_with("sqlite://"))
-        {
-            return Err(format!(
-                "DATABASE_URL must start with postgres:// or sqlite://, got {:?}",
-                mask_url(url)
+            return Err(ConfigError::new(
+                "ONCEGATE_MAX_PAYLOAD_BYTES must not exceed ONCEGATE_MAX_MESSAGE_BYTES",
             ));
         }
-        Ok(())
+        let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
+        Ok(AppConfig {
+            store: self.store.settings(u32::MAX)?,
+            migrate_on_start: self.migrate_on_start,
+            startup_timeout: self.startup_timeout,
+            listen: self.listen,
+            health_listen: self.health_listen,
+            metrics_listen: self.metrics_listen,
+            tls: self.tls.files(),
+            shutdown_grace: self.shutdown_grace,
+            cache: CacheSettings {
+                capacity_bytes: self.l1_capacity_bytes,
+                ttl: self.l1_ttl,
+            },
+            redis: self.redis_settings()?,
+            group_commit: GroupCommitSettings {
+                max_batch: self.group_commit_max_batch,
+                max_wait: self.group_commit_max_wait,
+                workers: self.group_commit_workers,
+            },
+            audit: AuditSettings {
+                queue: self.audit_queue.max(1),
+                batch: 500,
+                flush_interval: self.audit_flush_interval,
+            },
+            sink: self.relay.sink(),
+            relay: self.relay.relay(&instance)?,
+            retention: self.retention.policy()?,
+            purge_interval: self.retention.purge_interval,
+            limits: Limits {
+                max_payload_bytes: self.max_payload_bytes,
+            },
+            server: ServerLimits {
+                max_in_flight: self.max_in_flight,
+                max_batch_items: self.max_batch_items,
+                max_message_bytes: self.max_message_bytes,
+            },
+            instance,
+        })
+    }
+
+    fn redis_settings(&self) -> Result<Option<RedisSettings>, ConfigError> {
+        let Some(url) = self.redis_url.as_deref().filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        if self.redis_timeout.is_zero() {
+            return Err(ConfigError::new("ONCEGATE_REDIS_TIMEOUT must be greater than 0"));
+        }
+        Ok(Some(RedisSettings {
+            url: url.to_string(),
+            key_prefix: self.redis_key_prefix.clone(),
+            timeout: self.redis_timeout,
+            lease_ttl: self.redis_lease_ttl,
+            dedup_ttl: self.redis_dedup_ttl,
+            breaker_threshold: self.redis_breaker_threshold,
+            breaker_cooldown: self.redis_breaker_cooldown,
+        }))
     }
 
     /// The effective configuration, secrets masked, for the start-up log.
     pub fn describe(&self) -> String {
+        let off = || "off".to_string();
         format!(
             "store={} redis={} listen={} health_listen={} metrics_listen={} tls={} mtls={} \
              l1_bytes={} l1_ttl={:?} group_commit_max_batch={} group_commit_workers={} \
              max_in_flight={} relay_sink={} retention={} pool={}",
             mask_url(&self.store.url()),
-            self.redis_url
-                .as_deref()
-                .map(mask_url)
-                .unwrap_or_else(|| "off".into()),
+            self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
-            self.health_listen
-                .map(|a| a.to_string())
-                .unwrap_or_else(|| "off".into()),
+            self.health_listen.map(|a| a.to_string()).unwrap_or_else(off),
             self.metrics_listen,
             self.tls.tls_cert.is_some(),
             self.tls.tls_client_ca.is_some(),
@@ -401,38 +415,9 @@ impl ServeArgs {
             self.group_commit_max_batch,
             self.group_commit_workers,
             self.max_in_flight,
-            mask_url(&self.relay.relay_sink),
+            self.relay.relay_sink,
             humantime::format_duration(self.retention.retention),
             self.store.db_pool_size,
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_masked() {
-        assert_eq!(
-            mask_url("postgres://app:s3cret@db:5432/x"),
-            "postgres://app:***@db:5432/x"
-        );
-        assert_eq!(mask_url("redis://cache:6379"), "redis://cache:6379");
-        assert_eq!(mask_url("redis://:pw@cache:6379"), "redis://:***@cache:6379");
-    }
-
-    #[test]
-    fn defaults_bind_loopback() {
-        let cli = Cli::try_parse_from(["oncegate", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command else {
-            panic!()
-        };
-        assert!(args.listen.ip().is_loopback());
-        assert!(args.metrics_listen.ip().is_loopback());
-        assert_eq!(
-            args.retention.retention,
-            humantime::parse_duration("3years").unwrap()
-        );
     }
 }

@@ -4,6 +4,22 @@
 
 use tonic::{Code, Status};
 
+/// Exit code for invalid configuration (EX_USAGE).
+pub const EXIT_CONFIG: u8 = 64;
+
+/// A setting that is missing, malformed or contradicts another; the message
+/// names the setting. The process exits with [`EXIT_CONFIG`], before any
+/// port is bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl ConfigError {
+    pub fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
 /// Every way a request can fail, as the client sees it.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {

@@ -17,28 +17,11 @@ use crate::group_commit::Committer;
 use crate::key::key_prefix;
 use crate::pb;
 use crate::redis_tier::{Lease, RedisTier};
+pub use crate::store::Tier;
 use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, Store, StoredResult};
 use crate::submission::{Limits, Submission};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Which tier decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    LocalCache,
-    Redis,
-    Database,
-}
-
-impl Tier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LocalCache => "LOCAL_CACHE",
-            Self::Redis => "REDIS",
-            Self::Database => "DATABASE",
-        }
-    }
-}
 
 /// A decision: the outcome, the stored result and who decided.
 #[derive(Debug, Clone)]
@@ -217,7 +200,7 @@ impl Gate {
         r: Arc<StoredResult>,
         tier: Tier,
     ) -> Result<Decided, GateError> {
-        let (decision, result) = if r.fingerprint == s.fingerprint {
+        let (decision, result) = if r.matches(s) {
             (
                 AuditDecision::Duplicate,
                 Ok(Decided {
@@ -244,7 +227,7 @@ impl Gate {
             Err(e) => return Err(clone_error(e)),
         };
         let r = first.result.clone();
-        let (decision, result) = if r.fingerprint == s.fingerprint {
+        let (decision, result) = if r.matches(s) {
             (
                 AuditDecision::Duplicate,
                 Ok(Decided {
@@ -262,9 +245,9 @@ impl Gate {
 
     fn audit_later(&self, s: &Submission, decision: AuditDecision, tier: Tier) {
         self.audit.record(AuditEntry {
-            at: crate::store::now_micros(),
+            at: crate::time_fmt::now_micros(),
             decision,
-            tier: Some(tier.as_str()),
+            tier: Some(tier),
             key_prefix: key_prefix(&s.key).to_string(),
             award_id: s.award_id.clone(),
             instance: self.instance.clone(),

@@ -3,15 +3,17 @@
 //!
 //! A few workers share one queue. Each takes what is waiting (up to
 //! `max_batch`, optionally lingering `max_wait` for more), runs it as one
-//! batch through [`store::claim_batch`], and answers every item. Outcomes are
+//! batch through [`claim_batch`], and answers every item. Outcomes are
 //! exactly those of one transaction per item: repeated keys are decided in
 //! order, and if the batch fails for a reason other than the store being
 //! unreachable, each item is retried in its own transaction so one bad item
-//! cannot fail the others.
+//! cannot fail the others. A transaction that certainly aborted
+//! (serialization failure, deadlock) is retried here, a few times.
 
 use crate::error::StoreError;
-use crate::store::{self, ClaimContext, ClaimOutcome, Store};
+use crate::store::{ClaimContext, ClaimOutcome, Store};
 use crate::submission::Submission;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -75,8 +77,7 @@ impl Committer {
     /// Claims one submission, possibly sharing a transaction with others.
     pub async fn claim(&self, item: Submission) -> Result<ClaimOutcome, StoreError> {
         let Some(queue) = &self.queue else {
-            let mut outcomes =
-                store::claim_batch(&*self.store, std::slice::from_ref(&item), &self.ctx).await?;
+            let mut outcomes = claim_batch(&*self.store, std::slice::from_ref(&item), &self.ctx).await?;
             return Ok(outcomes.remove(0));
         };
         let (reply, answer) = oneshot::channel();
@@ -133,7 +134,7 @@ async fn next_batch(
 
 async fn run_batch(store: &dyn Store, ctx: &ClaimContext, jobs: Vec<(Submission, Reply)>) {
     let (items, replies): (Vec<Submission>, Vec<Reply>) = jobs.into_iter().unzip();
-    match store::claim_batch(store, &items, ctx).await {
+    match claim_batch(store, &items, ctx).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
@@ -143,7 +144,7 @@ async fn run_batch(store: &dyn Store, ctx: &ClaimContext, jobs: Vec<(Submission,
             tracing::warn!(error = %err, items = items.len(), "batch transaction failed; retrying items one by one");
             metrics::counter!("oncegate_group_commit_fallbacks_total").increment(1);
             for (item, reply) in items.into_iter().zip(replies) {
-                let outcome = store::claim_batch(store, std::slice::from_ref(&item), ctx)
+                let outcome = claim_batch(store, std::slice::from_ref(&item), ctx)
                     .await
                     .map(|mut o| o.remove(0));
                 let _ = reply.send(outcome);
@@ -152,6 +153,80 @@ async fn run_batch(store: &dyn Store, ctx: &ClaimContext, jobs: Vec<(Submission,
         Err(err) => {
             for reply in replies {
                 let _ = reply.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+/// How many times a certainly-aborted transaction is retried.
+const MAX_RETRIES: u32 = 4;
+
+/// Claims a batch that may repeat keys: per-item outcomes exactly as if each
+/// item had run alone, in order. The first of repeated keys is decided by the
+/// store; the others are duplicates of it (or key reuse, by fingerprint).
+pub async fn claim_batch(
+    store: &dyn Store,
+    items: &[Submission],
+    ctx: &ClaimContext,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let mut first_index: HashMap<&str, usize> = HashMap::with_capacity(items.len());
+    let mut unique: Vec<&Submission> = Vec::with_capacity(items.len());
+    let mut slot = Vec::with_capacity(items.len());
+    for item in items {
+        let idx = *first_index.entry(item.key.as_str()).or_insert_with(|| {
+            unique.push(item);
+            unique.len() - 1
+        });
+        slot.push(idx);
+    }
+    let decided = claim_unique_with_retry(store, &unique, ctx).await?;
+    let mut seen = vec![false; unique.len()];
+    Ok(items
+        .iter()
+        .zip(slot)
+        .map(|(item, idx)| {
+            if !seen[idx] {
+                seen[idx] = true;
+                return decided[idx].clone();
+            }
+            let stored = match &decided[idx] {
+                ClaimOutcome::Claimed(r) | ClaimOutcome::Duplicate(r) | ClaimOutcome::KeyReused(r) => r,
+            };
+            stored.clone().outcome_for(item)
+        })
+        .collect())
+}
+
+async fn claim_unique_with_retry(
+    store: &dyn Store,
+    unique: &[&Submission],
+    ctx: &ClaimContext,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let mut attempt = 0;
+    loop {
+        match store.claim_unique(unique, ctx).await {
+            Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {
+                attempt += 1;
+                metrics::counter!("oncegate_db_transactions_total", "result" => "retry").increment(1);
+                tracing::debug!(attempt, error = %msg, "claim transaction aborted, retrying");
+                tokio::time::sleep(Duration::from_millis(2u64 << attempt)).await;
+            }
+            Err(StoreError::LateRedelivery(keys)) if attempt < MAX_RETRIES => {
+                attempt += 1;
+                metrics::counter!("oncegate_late_redeliveries_total").increment(keys.len() as u64);
+                tracing::warn!(
+                    count = keys.len(),
+                    "redelivery of purged claims; restoring them from the ledger"
+                );
+                store.restore_claims(&keys).await?;
+            }
+            Err(err) => {
+                metrics::counter!("oncegate_db_transactions_total", "result" => "abort").increment(1);
+                return Err(err);
+            }
+            Ok(outcomes) => {
+                metrics::counter!("oncegate_db_transactions_total", "result" => "commit").increment(1);
+                return Ok(outcomes);
             }
         }
     }

@@ -8,25 +8,44 @@
 //! the stored original result. The consumer acks only after that answer.
 //!
 //! # Layout
-//! - [`key`]: key derivation (byte-for-byte the Python reference) and fingerprints.
-//! - [`submission`]: validation of incoming submissions.
+//! Configuration flows one way: [`cli`] (the command tree) → [`config`]
+//! (flags and environment → each component's settings type) → the
+//! components, which never import clap or `config`.
+//!
+//! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/bench`.
+//! - [`config`]: shared argument groups → [`app::AppConfig`], [`store::StoreSettings`],
+//!   [`relay::RelaySettings`], … **A new setting** goes here (the flag) and
+//!   into its component's settings type (the value).
+//! - [`app`]: `App::build` (binds everything) and `run_until_shutdown`;
+//!   [`shutdown`]: the drain's phases and the named background tasks.
+//! - [`server`]: the gRPC service (admission, deadlines, wire mapping).
 //! - [`gate`]: the tier decision L1 → L2 → store, and its invariant.
-//! - [`cache`]: L1, in-process moka cache of committed results.
-//! - [`redis_tier`]: L2, Redis leases and results, with a circuit breaker.
-//! - [`store`]: the authoritative store seam; `store/postgres`, `store/sqlite`.
-//! - [`group_commit`]: concurrent claims coalesced into one transaction.
-//! - [`audit`]: audit rows written off the hot path.
-//! - [`relay`]: the outbox relay; `relay/redis_stream`, `relay/nats`, `relay/log`.
-//! - [`retention`]: the §200.334 purge.
-//! - [`server`]: the gRPC service; [`app`]: start-up and drain.
-//! - [`config`], [`metrics`], [`error`], [`bench`], [`client`].
+//! - [`submission`]: validation; [`key`]: key derivation and fingerprints.
+//! - [`cache`]: L1, in-process moka; [`redis_tier`]: L2, leases and results.
+//! - [`group_commit`]: concurrent claims coalesced into one transaction,
+//!   batch de-duplication and the retry of aborted transactions.
+//! - [`store`]: the authoritative store seam — the trait, its row types and
+//!   `open`. **A new store** is a file in `store/` implementing [`store::Store`],
+//!   chosen by URL scheme in `store::open`, run through the conformance suite
+//!   (`tests/it/store_suite.rs`). Today: `store/postgres` (+ `claim.rs`,
+//!   `claim.sql`), `store/sqlite`, and `store/shared` for what both build alike.
+//! - [`relay`]: the outbox relay. **A new sink** is a file in `relay/`
+//!   implementing [`relay::Sink`], named in [`relay::SinkSpec`]. Today:
+//!   `relay/redis_stream`, `relay/nats`, `relay/log`.
+//! - [`audit`]: audit rows written off the hot path; [`retention`]: the
+//!   §200.334 purge.
+//! - Leaves: [`error`] (the service error and its one mapping to a status,
+//!   store errors, `ConfigError`), [`metrics`], [`secret`] (masking),
+//!   [`time_fmt`].
+//!
+//! `tests/it/structure.rs` checks that no module imports another in a cycle
+//! and that no function grows past 60 lines.
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod audit;
-pub mod bench;
 pub mod cache;
-pub mod client;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod gate;
@@ -36,7 +55,9 @@ pub mod metrics;
 pub mod redis_tier;
 pub mod relay;
 pub mod retention;
+pub mod secret;
 pub mod server;
+pub mod shutdown;
 pub mod store;
 pub mod submission;
 pub mod time_fmt;

@@ -1,7 +1,9 @@
-//! The `oncegate` binary: parse, set up logging, dispatch.
+//! The `oncegate` binary: parse, resolve the settings, set up logging, run.
 
 use clap::Parser;
-use oncegate::config::{Cli, Command, EXIT_CONFIG, LogFormat};
+use oncegate::cli::Cli;
+use oncegate::config::LogFormat;
+use oncegate::error::{ConfigError, EXIT_CONFIG};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,27 +15,18 @@ fn main() -> ExitCode {
                 _ => EXIT_CONFIG,
             };
             let _ = e.print();
-            return ExitCode::from(code as u8);
+            return ExitCode::from(code);
         }
     };
-    let invalid = match &cli.command {
-        Command::Serve(args) => args.validate().err(),
-        Command::Purge(args) => args.retention.validate().err(),
-        _ => None,
+    let (format, level) = (cli.command.log_format(), cli.command.default_log_level());
+    let job = match cli.command.resolve() {
+        Ok(job) => job,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
     };
-    if let Some(msg) = invalid {
-        eprintln!("error: invalid configuration: {msg}");
-        return ExitCode::from(EXIT_CONFIG as u8);
-    }
-    let format = match &cli.command {
-        Command::Serve(a) => a.log_format,
-        _ => LogFormat::Text,
-    };
-    let default_level = match &cli.command {
-        Command::Serve(_) | Command::Relay(_) | Command::Purge(_) | Command::Migrate(_) => "info",
-        _ => "warn",
-    };
-    let _log_guard = init_tracing(format, default_level);
+    let _log_guard = init_tracing(format, level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -41,8 +34,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(oncegate::client::dispatch(cli.command)) {
+    match runtime.block_on(oncegate::cli::run(job)) {
         Ok(code) => code,
+        // A setting only the running system can check (a privileged
+        // database role, a retention below the database's floor).
+        Err(e) if e.downcast_ref::<ConfigError>().is_some() => {
+            tracing::error!(error = format!("{e:#}"), "invalid configuration");
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_CONFIG)
+        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "oncegate failed");
             eprintln!("error: {e:#}");

@@ -389,7 +389,7 @@ mod tests {
                 id: Uuid::now_v7(),
                 award_id: "AWD-é".into(),
                 amount_cents: 1234,
-                recorded_at: crate::store::now_micros(),
+                recorded_at: crate::time_fmt::now_micros(),
                 sequence: 7,
             },
         };

@@ -17,12 +17,13 @@ pub mod nats;
 pub mod redis_stream;
 
 use crate::error::StoreError;
+use crate::secret::mask_url;
+use crate::shutdown::Stop;
 use crate::store::{OutboxEvent, Store};
 use async_trait::async_trait;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Where events go. Adding a broker is one new file implementing this.
 #[async_trait]
@@ -50,26 +51,46 @@ impl SinkSpec {
             u if u.starts_with("nats://") || u.starts_with("tls://") => Ok(Self::Nats(u.into())),
             other => Err(format!(
                 "ONCEGATE_RELAY_SINK must be none, log, redis://… or nats://…, got {:?}",
-                crate::config::mask_url(other)
+                mask_url(other)
             )),
         }
     }
+}
 
+impl std::fmt::Display for SinkSpec {
+    /// The sink as configured, password masked.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("none"),
+            Self::Log => f.write_str("log"),
+            Self::Redis(url) | Self::Nats(url) => f.write_str(&mask_url(url)),
+        }
+    }
+}
+
+/// Which sink, and where in it events go.
+#[derive(Debug, Clone)]
+pub struct SinkSettings {
+    pub spec: SinkSpec,
+    /// Redis stream key, or JetStream stream name.
+    pub stream: String,
+    /// JetStream subject.
+    pub subject: String,
+    /// Approximate Redis stream cap (`XADD MAXLEN ~`).
+    pub stream_maxlen: u64,
+}
+
+impl SinkSettings {
     /// Connects the sink (`None` for `none`).
-    pub async fn connect(
-        &self,
-        stream: &str,
-        subject: &str,
-        maxlen: u64,
-    ) -> anyhow::Result<Option<Arc<dyn Sink>>> {
-        Ok(match self {
-            Self::None => None,
-            Self::Log => Some(Arc::new(log::LogSink)),
-            Self::Redis(url) => Some(Arc::new(
-                redis_stream::RedisStreamSink::connect(url, stream, maxlen).await?,
+    pub async fn connect(&self) -> anyhow::Result<Option<Arc<dyn Sink>>> {
+        Ok(match &self.spec {
+            SinkSpec::None => None,
+            SinkSpec::Log => Some(Arc::new(log::LogSink)),
+            SinkSpec::Redis(url) => Some(Arc::new(
+                redis_stream::RedisStreamSink::connect(url, &self.stream, self.stream_maxlen).await?,
             )),
-            Self::Nats(url) => Some(Arc::new(
-                nats::JetStreamSink::connect(url, stream, subject).await?,
+            SinkSpec::Nats(url) => Some(Arc::new(
+                nats::JetStreamSink::connect(url, &self.stream, &self.subject).await?,
             )),
         })
     }
@@ -190,11 +211,11 @@ impl Relay {
 
     /// Steps until shutdown: immediately again while there is work, else
     /// waits for a notification or the poll interval.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self, mut stop: Stop) {
         tracing::info!(sink = self.sink.name(), "outbox relay started");
         let mut last_stats = tokio::time::Instant::now() - Duration::from_secs(60);
         let mut backoff = Duration::from_millis(100);
-        while !*shutdown.borrow() {
+        while !stop.is_requested() {
             let busy = match self.step().await {
                 Ok(r) => {
                     backoff = Duration::from_millis(100);
@@ -203,7 +224,7 @@ impl Relay {
                 Err(e) => {
                     tracing::warn!(error = %e, "relay step failed");
                     tokio::select! {
-                        _ = shutdown.changed() => {}
+                        _ = stop.requested() => {}
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -220,7 +241,7 @@ impl Relay {
             }
             if !busy {
                 tokio::select! {
-                    _ = shutdown.changed() => {}
+                    _ = stop.requested() => {}
                     _ = self.store.wait_for_outbox(self.settings.poll) => {}
                 }
             }
@@ -230,31 +251,14 @@ impl Relay {
 }
 
 impl Relay {
-    /// The relay `ONCEGATE_RELAY_*` asks for: `None` when the sink is `none`.
-    pub async fn from_config(
-        args: &crate::config::RelaySettingsArgs,
+    /// Connects the configured sink: `None` when it is `none`.
+    pub async fn connect(
+        sink: &SinkSettings,
+        settings: RelaySettings,
         store: Arc<dyn Store>,
-        owner: String,
     ) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
-        let sink = SinkSpec::parse(&args.relay_sink)
-            .map_err(anyhow::Error::msg)?
-            .connect(&args.relay_stream, &args.relay_subject, args.relay_stream_maxlen)
-            .await
-            .context("connecting ONCEGATE_RELAY_SINK")?;
-        Ok(sink.map(|sink| {
-            Self::new(
-                store,
-                sink,
-                RelaySettings {
-                    batch: args.relay_batch.max(1),
-                    lease: args.relay_lease,
-                    poll: args.relay_poll,
-                    max_attempts: args.relay_max_attempts.max(1),
-                    owner,
-                    retry_backoff: args.relay_retry_backoff,
-                },
-            )
-        }))
+        let sink = sink.connect().await.context("connecting ONCEGATE_RELAY_SINK")?;
+        Ok(sink.map(|sink| Self::new(store, sink, settings)))
     }
 }

@@ -2,10 +2,10 @@
 //! retention period are purged; published outbox rows after their own,
 //! shorter window. One instance purges at a time (the store's lock).
 
+use crate::shutdown::Stop;
 use crate::store::{PurgeReport, RetentionPolicy, Store};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 pub struct Retention {
     store: Arc<dyn Store>,
@@ -45,12 +45,12 @@ impl Retention {
     }
 
     /// Purges every `interval` until shutdown.
-    pub async fn run(self, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self, interval: Duration, mut stop: Stop) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.changed() => return,
+                _ = stop.requested() => return,
                 _ = tick.tick() => {
                     if let Err(e) = self.step().await {
                         tracing::warn!(error = %e, "retention purge failed");

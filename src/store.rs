@@ -6,12 +6,12 @@
 //! outbox event and audit row. Commit, then answer.
 
 pub mod postgres;
+pub mod shared;
 pub mod sqlite;
 
 use crate::error::StoreError;
 use crate::submission::Submission;
 use async_trait::async_trait;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -42,6 +42,42 @@ impl StoredResult {
     pub fn weight(&self) -> u32 {
         (self.key.len() + self.fingerprint.len() + self.disbursement.award_id.len() + 96) as u32
     }
+
+    /// The fingerprint rule, at every tier: a stored result answers a
+    /// submission with its key only when award id, amount and payload match;
+    /// otherwise the key was reused for another submission.
+    pub fn matches(&self, s: &Submission) -> bool {
+        self.fingerprint == s.fingerprint
+    }
+
+    /// What this stored result means for `s`, which did not claim the key:
+    /// its duplicate, or a refused key reuse.
+    pub fn outcome_for(self, s: &Submission) -> ClaimOutcome {
+        if self.matches(s) {
+            ClaimOutcome::Duplicate(self)
+        } else {
+            ClaimOutcome::KeyReused(self)
+        }
+    }
+}
+
+/// Which tier decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    LocalCache,
+    Redis,
+    Database,
+}
+
+impl Tier {
+    /// The name in audit rows, metrics and logs (the proto enum's name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LocalCache => "LOCAL_CACHE",
+            Self::Redis => "REDIS",
+            Self::Database => "DATABASE",
+        }
+    }
 }
 
 /// Per-item result of a claim batch.
@@ -66,8 +102,8 @@ pub struct ClaimContext {
 pub struct AuditEntry {
     pub at: OffsetDateTime,
     pub decision: AuditDecision,
-    /// The deciding tier for duplicates (`LOCAL_CACHE`, `REDIS`, `DATABASE`).
-    pub tier: Option<&'static str>,
+    /// The deciding tier (none for a processed submission).
+    pub tier: Option<Tier>,
     pub key_prefix: String,
     pub award_id: String,
     pub instance: Arc<str>,
@@ -151,6 +187,14 @@ pub struct LedgerSummary {
     pub outbox_unpublished: i64,
     pub audit_processed: i64,
     pub audit_duplicates: i64,
+}
+
+/// Where the store is and how many connections to it.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// `postgres://…` or `sqlite://path`.
+    pub url: String,
+    pub pool_size: u32,
 }
 
 /// Which backend a store is.
@@ -244,211 +288,19 @@ pub trait Store: Send + Sync + 'static {
     async fn wait_for_outbox(&self, timeout: Duration);
 }
 
-/// Opens the store for a URL: `postgres://…` or `sqlite://path`.
-pub async fn open(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, StoreError> {
+/// Opens the store for its URL: `postgres://…` or `sqlite://path`.
+pub async fn open(settings: &StoreSettings) -> Result<Arc<dyn Store>, StoreError> {
+    let url = settings.url.as_str();
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresStore::connect(url, pool_size).await?))
+        Ok(Arc::new(
+            postgres::PostgresStore::connect(url, settings.pool_size).await?,
+        ))
     } else if let Some(path) = url.strip_prefix("sqlite://") {
         Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
     } else {
         Err(StoreError::Other(format!(
             "unsupported database URL scheme in {:?}: use postgres:// or sqlite://",
-            crate::config::mask_url(url)
+            crate::secret::mask_url(url)
         )))
-    }
-}
-
-/// Ledger-wide figures in one statement, valid on both backends.
-pub(crate) const LEDGER_SUMMARY_SQL: &str = "SELECT \
-       (SELECT count(*) FROM processed_messages), \
-       (SELECT count(*) FROM disbursements), \
-       (SELECT CAST(coalesce(sum(amount_cents), 0) AS BIGINT) FROM disbursements), \
-       (SELECT count(*) FROM award_balances b FULL JOIN ( \
-          SELECT award_id, CAST(sum(amount_cents) AS BIGINT) AS s, count(*) AS n, max(sequence) AS m \
-          FROM disbursements GROUP BY award_id) d USING (award_id) \
-        WHERE b.total_cents IS DISTINCT FROM d.s OR b.disbursement_count IS DISTINCT FROM d.n \
-           OR b.last_sequence IS DISTINCT FROM d.m), \
-       (SELECT count(*) FROM (SELECT award_id FROM disbursements GROUP BY award_id \
-          HAVING max(sequence) <> count(*) OR min(sequence) <> 1) g), \
-       (SELECT count(*) FROM outbox), \
-       (SELECT count(*) FROM outbox WHERE published_at IS NULL), \
-       (SELECT count(*) FROM audit_log WHERE decision = 'processed'), \
-       (SELECT count(*) FROM audit_log WHERE decision = 'duplicate')";
-
-/// Reads a [`LEDGER_SUMMARY_SQL`] row.
-pub(crate) fn ledger_summary_from_row<'r, R>(r: &'r R) -> Result<LedgerSummary, sqlx::Error>
-where
-    R: sqlx::Row,
-    usize: sqlx::ColumnIndex<R>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok(LedgerSummary {
-        claims: r.try_get(0)?,
-        disbursements: r.try_get(1)?,
-        total_cents: r.try_get(2)?,
-        mismatched_awards: r.try_get(3)?,
-        sequence_gaps: r.try_get(4)?,
-        outbox_events: r.try_get(5)?,
-        outbox_unpublished: r.try_get(6)?,
-        audit_processed: r.try_get(7)?,
-        audit_duplicates: r.try_get(8)?,
-    })
-}
-
-/// How many times a certainly-aborted transaction is retried.
-const MAX_RETRIES: u32 = 4;
-
-/// Claims a batch that may repeat keys: per-item outcomes exactly as if each
-/// item had run alone, in order. The first of repeated keys is decided by the
-/// store; the others are duplicates of it (or key reuse, by fingerprint).
-pub async fn claim_batch(
-    store: &dyn Store,
-    items: &[Submission],
-    ctx: &ClaimContext,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut first_index: HashMap<&str, usize> = HashMap::with_capacity(items.len());
-    let mut unique: Vec<&Submission> = Vec::with_capacity(items.len());
-    let mut slot = Vec::with_capacity(items.len());
-    for item in items {
-        let idx = *first_index.entry(item.key.as_str()).or_insert_with(|| {
-            unique.push(item);
-            unique.len() - 1
-        });
-        slot.push(idx);
-    }
-    let decided = claim_unique_with_retry(store, &unique, ctx).await?;
-    let mut seen = vec![false; unique.len()];
-    Ok(items
-        .iter()
-        .zip(slot)
-        .map(|(item, idx)| {
-            if !seen[idx] {
-                seen[idx] = true;
-                return decided[idx].clone();
-            }
-            let stored = match &decided[idx] {
-                ClaimOutcome::Claimed(r) | ClaimOutcome::Duplicate(r) | ClaimOutcome::KeyReused(r) => r,
-            };
-            if stored.fingerprint == item.fingerprint {
-                ClaimOutcome::Duplicate(stored.clone())
-            } else {
-                ClaimOutcome::KeyReused(stored.clone())
-            }
-        })
-        .collect())
-}
-
-async fn claim_unique_with_retry(
-    store: &dyn Store,
-    unique: &[&Submission],
-    ctx: &ClaimContext,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut attempt = 0;
-    loop {
-        match store.claim_unique(unique, ctx).await {
-            Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {
-                attempt += 1;
-                metrics::counter!("oncegate_db_transactions_total", "result" => "retry").increment(1);
-                tracing::debug!(attempt, error = %msg, "claim transaction aborted, retrying");
-                tokio::time::sleep(Duration::from_millis(2u64 << attempt)).await;
-            }
-            Err(StoreError::LateRedelivery(keys)) if attempt < MAX_RETRIES => {
-                attempt += 1;
-                metrics::counter!("oncegate_late_redeliveries_total").increment(keys.len() as u64);
-                tracing::warn!(
-                    count = keys.len(),
-                    "redelivery of purged claims; restoring them from the ledger"
-                );
-                store.restore_claims(&keys).await?;
-            }
-            Err(err) => {
-                metrics::counter!("oncegate_db_transactions_total", "result" => "abort").increment(1);
-                return Err(err);
-            }
-            Ok(outcomes) => {
-                metrics::counter!("oncegate_db_transactions_total", "result" => "commit").increment(1);
-                return Ok(outcomes);
-            }
-        }
-    }
-}
-
-/// Assigns per-award sequence numbers to claimed items, given each award's
-/// `last_sequence` after the increment. Items of one award get consecutive
-/// numbers in batch order.
-pub(crate) fn assign_sequences(
-    claimed: &[&Submission],
-    last_by_award: &HashMap<String, i64>,
-    count_by_award: &HashMap<&str, i64>,
-) -> Vec<i64> {
-    let mut next: HashMap<&str, i64> = HashMap::with_capacity(count_by_award.len());
-    claimed
-        .iter()
-        .map(|s| {
-            let n = next
-                .entry(s.award_id.as_str())
-                .or_insert_with(|| last_by_award[&s.award_id] - count_by_award[s.award_id.as_str()] + 1);
-            let seq = *n;
-            *n += 1;
-            seq
-        })
-        .collect()
-}
-
-/// Per award: (sum of amounts, number of items), in award order (a stable lock
-/// order across concurrent transactions avoids deadlocks).
-pub(crate) fn totals_by_award<'a>(claimed: &[&'a Submission]) -> Vec<(&'a str, i64, i64)> {
-    let mut map: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
-    for s in claimed {
-        let e = map.entry(s.award_id.as_str()).or_default();
-        e.0 += s.amount_cents;
-        e.1 += 1;
-    }
-    map.into_iter().map(|(a, (sum, n))| (a, sum, n)).collect()
-}
-
-/// Items claimed in this batch whose award id and timestamp already appear
-/// under another key in the same batch (the changed-payload rule).
-pub(crate) fn changed_within_batch(claimed: &[&Submission]) -> Vec<bool> {
-    let mut first: HashMap<(&str, &str), &str> = HashMap::new();
-    claimed
-        .iter()
-        .map(|s| {
-            let k = first
-                .entry((s.award_id.as_str(), s.submission_timestamp.as_str()))
-                .or_insert(s.key.as_str());
-            *k != s.key.as_str()
-        })
-        .collect()
-}
-
-/// The outbox event body: everything a downstream consumer needs, no payload.
-pub(crate) fn event_json(event_id: Uuid, s: &Submission, d: &Disbursement) -> String {
-    serde_json::json!({
-        "event_id": event_id,
-        "type": "disbursement.recorded",
-        "disbursement_id": d.id,
-        "award_id": d.award_id,
-        "amount_cents": d.amount_cents,
-        "idempotency_key": s.key,
-        "sequence": d.sequence,
-        "recorded_at": crate::time_fmt::rfc3339(d.recorded_at),
-    })
-    .to_string()
-}
-
-/// Now, truncated to microseconds (both backends store microseconds).
-pub(crate) fn now_micros() -> OffsetDateTime {
-    let now = OffsetDateTime::now_utc();
-    now.replace_nanosecond(now.nanosecond() / 1000 * 1000)
-        .unwrap_or(now)
-}
-
-/// The outcome for one claimed-or-not item given the stored result.
-pub(crate) fn outcome_for(item: &Submission, stored: StoredResult) -> ClaimOutcome {
-    if stored.fingerprint == item.fingerprint {
-        ClaimOutcome::Duplicate(stored)
-    } else {
-        ClaimOutcome::KeyReused(stored)
     }
 }

@@ -26,3 +26,10 @@ pub fn to_micros(t: OffsetDateTime) -> i64 {
 pub fn from_micros(us: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(us as i128 * 1000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
+
+/// Now, truncated to microseconds (both stores keep microseconds).
+pub fn now_micros() -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    now.replace_nanosecond(now.nanosecond() / 1000 * 1000)
+        .unwrap_or(now)
+}

@@ -1,12 +1,15 @@
-//! The production store. A batch of claims costs a handful of set-based
-//! statements (`unnest` arrays) in one transaction, not five per delivery.
+//! The production store. The claim transaction is in [`claim`]; this file
+//! has the connection pool, lookups, audit appends, the outbox leases and
+//! the retention purge (one instance at a time, by advisory lock).
 
+mod claim;
+
+use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
-use crate::key::key_prefix;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Row, Transaction};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::str::FromStr;
 use tokio::sync::Mutex;
 
@@ -78,327 +81,6 @@ async fn load_stored(
         .map_err(StoreError::from)
 }
 
-/// Inserts the claim rows; returns the keys this transaction claimed.
-async fn insert_claims(
-    tx: &mut Transaction<'_, Postgres>,
-    items: &[&Submission],
-    ids: &[Uuid],
-    now: OffsetDateTime,
-) -> Result<HashSet<String>, StoreError> {
-    let keys: Vec<&str> = items.iter().map(|s| s.key.as_str()).collect();
-    let awards: Vec<&str> = items.iter().map(|s| s.award_id.as_str()).collect();
-    let prints: Vec<&str> = items.iter().map(|s| s.fingerprint.as_str()).collect();
-    let claimed: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
-         SELECT k, a, f, d, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS t(k, a, f, d) \
-         ORDER BY k \
-         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-    )
-    .bind(&keys)
-    .bind(&awards)
-    .bind(&prints)
-    .bind(ids)
-    .bind(now)
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(claimed.into_iter().collect())
-}
-
-/// Adds the claimed amounts to the running totals; returns each award's
-/// `last_sequence` after the increment.
-async fn bump_balances(
-    tx: &mut Transaction<'_, Postgres>,
-    claimed: &[&Submission],
-    now: OffsetDateTime,
-) -> Result<(HashMap<String, i64>, Vec<(String, i64)>), StoreError> {
-    let totals = totals_by_award(claimed);
-    let awards: Vec<&str> = totals.iter().map(|t| t.0).collect();
-    let sums: Vec<i64> = totals.iter().map(|t| t.1).collect();
-    let counts: Vec<i64> = totals.iter().map(|t| t.2).collect();
-    let rows = sqlx::query(
-        "INSERT INTO award_balances AS b (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
-         SELECT a, t, n, n, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(a, t, n) ORDER BY a \
-         ON CONFLICT (award_id) DO UPDATE SET \
-           total_cents = b.total_cents + excluded.total_cents, \
-           disbursement_count = b.disbursement_count + excluded.disbursement_count, \
-           last_sequence = b.last_sequence + excluded.disbursement_count, \
-           updated_at = excluded.updated_at \
-         RETURNING award_id, last_sequence",
-    )
-    .bind(&awards)
-    .bind(&sums)
-    .bind(&counts)
-    .bind(now)
-    .fetch_all(&mut **tx)
-    .await?;
-    let last = rows
-        .iter()
-        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
-        .collect::<Result<HashMap<_, _>, sqlx::Error>>()?;
-    let counts = totals.iter().map(|t| (t.0.to_string(), t.2)).collect();
-    Ok((last, counts))
-}
-
-/// The audit rows of one transaction: one per item decided in it.
-struct AuditRows<'a> {
-    decision: Vec<&'static str>,
-    tier: Vec<Option<&'static str>>,
-    prefix: Vec<&'a str>,
-    award: Vec<&'a str>,
-    ts: Vec<&'a str>,
-    key: Vec<&'a str>,
-    in_batch: Vec<bool>,
-}
-
-impl<'a> AuditRows<'a> {
-    fn new(
-        items: &[&'a Submission],
-        outcomes: &[ClaimOutcome],
-        in_batch_changed: &HashMap<&str, bool>,
-    ) -> Self {
-        let n = items.len();
-        let mut rows = Self {
-            decision: Vec::with_capacity(n),
-            tier: Vec::with_capacity(n),
-            prefix: Vec::with_capacity(n),
-            award: Vec::with_capacity(n),
-            ts: Vec::with_capacity(n),
-            key: Vec::with_capacity(n),
-            in_batch: Vec::with_capacity(n),
-        };
-        for (s, o) in items.iter().zip(outcomes) {
-            let (d, t) = match o {
-                ClaimOutcome::Claimed(_) => ("processed", None),
-                ClaimOutcome::Duplicate(_) => ("duplicate", Some("DATABASE")),
-                ClaimOutcome::KeyReused(_) => ("rejected", Some("DATABASE")),
-            };
-            rows.decision.push(d);
-            rows.tier.push(t);
-            rows.prefix.push(key_prefix(&s.key));
-            rows.award.push(s.award_id.as_str());
-            rows.ts.push(s.submission_timestamp.as_str());
-            rows.key.push(s.key.as_str());
-            rows.in_batch
-                .push(in_batch_changed.get(s.key.as_str()).copied().unwrap_or(false));
-        }
-        rows
-    }
-}
-
-/// The audit insert, as a `concat!` piece ($1 = at, $2 = instance, $3..$9 = the rows). A processed
-/// item is flagged `payload_changed` when the ledger already holds its award
-/// id and timestamp under another key; the probe sees the ledger as it was
-/// before this batch's rows (they go in later, or in the same statement,
-/// whose snapshot does not include them), so within-batch repeats come from
-/// the `b` column.
-macro_rules! audit_insert {
-    () => {
-        "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
-       SELECT $1, x.d, x.t, x.p, x.a, $2, \
-         x.d = 'processed' AND (x.b OR EXISTS (SELECT 1 FROM disbursements o \
-           WHERE o.award_id = x.a AND o.submission_timestamp = x.ts AND o.idempotency_key <> x.k)), \
-         CASE WHEN x.d = 'rejected' THEN 'idempotency key reused with a different submission' END \
-       FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[]) \
-         AS x(d, t, p, a, ts, k, b) \
-       RETURNING payload_changed"
-    };
-}
-
-/// Writes the audit rows alone (a transaction that claimed nothing).
-/// Returns how many were flagged `payload_changed`.
-async fn insert_audit(
-    tx: &mut Transaction<'_, Postgres>,
-    audit: &AuditRows<'_>,
-    ctx: &ClaimContext,
-    now: OffsetDateTime,
-) -> Result<i64, StoreError> {
-    const SQL: &str = concat!(
-        "WITH ins AS (",
-        audit_insert!(),
-        ") SELECT count(*) FILTER (WHERE payload_changed) FROM ins"
-    );
-    let flagged: i64 = sqlx::query_scalar(SQL)
-        .bind(now)
-        .bind(&*ctx.instance)
-        .bind(&audit.decision)
-        .bind(&audit.tier)
-        .bind(&audit.prefix)
-        .bind(&audit.award)
-        .bind(&audit.ts)
-        .bind(&audit.key)
-        .bind(&audit.in_batch)
-        .fetch_one(&mut **tx)
-        .await?;
-    Ok(flagged)
-}
-
-/// The audit rows, the ledger rows and the outbox events of a transaction
-/// that claimed something, in one statement (one round trip instead of
-/// three). A key already in the ledger (its claim purged) is a late
-/// redelivery: the statement reports it and the batch aborts, so neither its
-/// ledger rows nor its events are committed. Returns the flagged count.
-async fn insert_effects(
-    tx: &mut Transaction<'_, Postgres>,
-    audit: &AuditRows<'_>,
-    claimed: &[&Submission],
-    rows: &[Disbursement],
-    ctx: &ClaimContext,
-    now: OffsetDateTime,
-) -> Result<i64, StoreError> {
-    let ids: Vec<Uuid> = rows.iter().map(|d| d.id).collect();
-    let keys: Vec<&str> = claimed.iter().map(|s| s.key.as_str()).collect();
-    let awards: Vec<&str> = claimed.iter().map(|s| s.award_id.as_str()).collect();
-    let amounts: Vec<i64> = claimed.iter().map(|s| s.amount_cents).collect();
-    let seqs: Vec<i64> = rows.iter().map(|d| d.sequence).collect();
-    let ts: Vec<&str> = claimed.iter().map(|s| s.submission_timestamp.as_str()).collect();
-    let digests: Vec<&str> = claimed.iter().map(|s| s.payload_digest.as_str()).collect();
-    let prints: Vec<&str> = claimed.iter().map(|s| s.fingerprint.as_str()).collect();
-    let recorded: Vec<OffsetDateTime> = rows.iter().map(|d| d.recorded_at).collect();
-    let event_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
-    let bodies: Vec<String> = claimed
-        .iter()
-        .zip(rows)
-        .zip(&event_ids)
-        .map(|((s, d), id)| event_json(*id, s, d))
-        .collect();
-    // Outbox: clock_timestamp() is taken after the awards' balance rows are
-    // locked (earlier in the transaction), so per award created_at order is
-    // sequence order.
-    const SQL: &str = concat!(
-        "WITH aud AS (",
-        audit_insert!(),
-        "), \
-         led AS ( \
-           INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
-             submission_timestamp, payload_digest, fingerprint, recorded_at) \
-           SELECT * FROM unnest($10::uuid[], $11::text[], $12::text[], $13::bigint[], $14::bigint[], \
-             $15::text[], $16::text[], $17::text[], $18::timestamptz[]) \
-           ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key), \
-         ob AS ( \
-           INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-           SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp() \
-           FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[]) AS x(e, a, s, p) \
-           ORDER BY a, s) \
-         SELECT (SELECT count(*) FILTER (WHERE payload_changed) FROM aud), \
-           (SELECT coalesce(array_agg(idempotency_key), '{}') FROM led)"
-    );
-    let (flagged, inserted): (i64, Vec<String>) = sqlx::query_as(SQL)
-        .bind(now)
-        .bind(&*ctx.instance)
-        .bind(&audit.decision)
-        .bind(&audit.tier)
-        .bind(&audit.prefix)
-        .bind(&audit.award)
-        .bind(&audit.ts)
-        .bind(&audit.key)
-        .bind(&audit.in_batch)
-        .bind(&ids)
-        .bind(&keys)
-        .bind(&awards)
-        .bind(&amounts)
-        .bind(&seqs)
-        .bind(&ts)
-        .bind(&digests)
-        .bind(&prints)
-        .bind(&recorded)
-        .bind(&event_ids)
-        .bind(&bodies)
-        .fetch_one(&mut **tx)
-        .await?;
-    if inserted.len() < claimed.len() {
-        let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
-        let late = keys
-            .iter()
-            .filter(|k| !inserted.contains(**k))
-            .map(|k| k.to_string())
-            .collect();
-        return Err(StoreError::LateRedelivery(late));
-    }
-    Ok(flagged)
-}
-
-async fn claim_in_tx(
-    tx: &mut Transaction<'_, Postgres>,
-    items: &[&Submission],
-    ctx: &ClaimContext,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let now = now_micros();
-    let ids: Vec<Uuid> = items.iter().map(|_| Uuid::now_v7()).collect();
-    let claimed_keys = insert_claims(tx, items, &ids, now).await?;
-
-    let others: Vec<&str> = items
-        .iter()
-        .filter(|s| !claimed_keys.contains(&s.key))
-        .map(|s| s.key.as_str())
-        .collect();
-    let mut stored = if others.is_empty() {
-        HashMap::new()
-    } else {
-        load_stored(tx, &others).await?
-    };
-
-    let claimed: Vec<&Submission> = items
-        .iter()
-        .copied()
-        .filter(|s| claimed_keys.contains(&s.key))
-        .collect();
-    let mut rows = Vec::with_capacity(claimed.len());
-    if !claimed.is_empty() {
-        let (last, counts) = bump_balances(tx, &claimed, now).await?;
-        let counts: HashMap<&str, i64> = counts.iter().map(|(a, n)| (a.as_str(), *n)).collect();
-        let seqs = assign_sequences(&claimed, &last, &counts);
-        let id_of: HashMap<&str, Uuid> = items
-            .iter()
-            .zip(&ids)
-            .map(|(s, id)| (s.key.as_str(), *id))
-            .collect();
-        for (s, seq) in claimed.iter().zip(seqs) {
-            rows.push(Disbursement {
-                id: id_of[s.key.as_str()],
-                award_id: s.award_id.clone(),
-                amount_cents: s.amount_cents,
-                recorded_at: now,
-                sequence: seq,
-            });
-        }
-    }
-    let mut fresh: HashMap<&str, Disbursement> = claimed
-        .iter()
-        .map(|s| s.key.as_str())
-        .zip(rows.iter().cloned())
-        .collect();
-    let outcomes = items
-        .iter()
-        .map(|s| match fresh.remove(s.key.as_str()) {
-            Some(d) => Ok(ClaimOutcome::Claimed(StoredResult {
-                key: s.key.clone(),
-                fingerprint: s.fingerprint.clone(),
-                disbursement: d,
-            })),
-            None => stored
-                .remove(&s.key)
-                .map(|r| outcome_for(s, r))
-                .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key)))),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let in_batch: HashMap<&str, bool> = claimed
-        .iter()
-        .zip(changed_within_batch(&claimed))
-        .map(|(s, c)| (s.key.as_str(), c))
-        .collect();
-    let audit = AuditRows::new(items, &outcomes, &in_batch);
-    let flagged = if claimed.is_empty() {
-        insert_audit(tx, &audit, ctx, now).await?
-    } else {
-        insert_effects(tx, &audit, &claimed, &rows, ctx, now).await?
-    };
-    if flagged > 0 {
-        metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(flagged as u64);
-    }
-    Ok(outcomes)
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> Backend {
@@ -423,7 +105,7 @@ impl Store for PostgresStore {
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let outcomes = claim_in_tx(&mut tx, items, ctx).await?;
+        let outcomes = claim::claim_in_tx(&mut tx, items, ctx).await?;
         tx.commit().await?;
         Ok(outcomes)
     }
@@ -454,7 +136,7 @@ impl Store for PostgresStore {
         }
         let at: Vec<OffsetDateTime> = rows.iter().map(|r| r.at).collect();
         let decision: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
-        let tier: Vec<Option<&str>> = rows.iter().map(|r| r.tier).collect();
+        let tier: Vec<Option<&str>> = rows.iter().map(|r| r.tier.map(Tier::as_str)).collect();
         let prefix: Vec<&str> = rows.iter().map(|r| r.key_prefix.as_str()).collect();
         let award: Vec<&str> = rows.iter().map(|r| r.award_id.as_str()).collect();
         let instance: Vec<&str> = rows.iter().map(|r| &*r.instance).collect();
@@ -608,21 +290,7 @@ impl Store for PostgresStore {
             policy.batch_size,
         )
         .await?;
-        sqlx::query("SELECT oncegate_ensure_audit_partitions((now() AT TIME ZONE 'UTC')::date, 3)")
-            .execute(&mut conn)
-            .await?;
-        let dropped: i64 = sqlx::query_scalar("SELECT oncegate_drop_audit_partitions($1)")
-            .bind(cutoff)
-            .fetch_one(&mut conn)
-            .await?;
-        report.audit_deleted = dropped as u64
-            + delete_in_batches(
-                &mut conn,
-                "SELECT oncegate_purge_audit_rows($1, $2::int)",
-                cutoff,
-                policy.batch_size,
-            )
-            .await?;
+        report.audit_deleted = purge_audit(&mut conn, cutoff, policy.batch_size).await?;
         report.outbox_deleted = delete_in_batches(
             &mut conn,
             "DELETE FROM outbox WHERE event_id IN ( \
@@ -680,6 +348,31 @@ impl Store for PostgresStore {
             }
         }
     }
+}
+
+/// Audit rows older than `cutoff`: whole monthly partitions dropped, then
+/// the boundary rows in batches (the functions clamp `cutoff` to the
+/// database's retention floor).
+async fn purge_audit(
+    conn: &mut sqlx::PgConnection,
+    cutoff: OffsetDateTime,
+    batch: i64,
+) -> Result<u64, StoreError> {
+    sqlx::query("SELECT oncegate_ensure_audit_partitions((now() AT TIME ZONE 'UTC')::date, 3)")
+        .execute(&mut *conn)
+        .await?;
+    let dropped: i64 = sqlx::query_scalar("SELECT oncegate_drop_audit_partitions($1)")
+        .bind(cutoff)
+        .fetch_one(&mut *conn)
+        .await?;
+    let deleted = delete_in_batches(
+        conn,
+        "SELECT oncegate_purge_audit_rows($1, $2::int)",
+        cutoff,
+        batch,
+    )
+    .await?;
+    Ok(dropped as u64 + deleted)
 }
 
 /// Runs a `(cutoff, batch)` delete (or a function returning a count) until a

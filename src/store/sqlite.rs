@@ -7,6 +7,7 @@
 //! can interleave with a write transaction. The relay polls, and is woken
 //! in-process after each commit that wrote outbox rows.
 
+use super::shared::{LEDGER_SUMMARY_SQL, event_json, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
 use crate::key::key_prefix;
@@ -92,20 +93,7 @@ async fn apply_claim(
     now: OffsetDateTime,
     ctx: &ClaimContext,
 ) -> Result<Option<Disbursement>, StoreError> {
-    let now_us = to_micros(now);
-    let sequence: i64 = sqlx::query_scalar(
-        "INSERT INTO award_balances (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
-         VALUES (?1, ?2, 1, 1, ?3) \
-         ON CONFLICT (award_id) DO UPDATE SET total_cents = total_cents + excluded.total_cents, \
-           disbursement_count = disbursement_count + 1, last_sequence = last_sequence + 1, \
-           updated_at = excluded.updated_at \
-         RETURNING last_sequence",
-    )
-    .bind(&s.award_id)
-    .bind(s.amount_cents)
-    .bind(now_us)
-    .fetch_one(&mut **tx)
-    .await?;
+    let sequence = bump_balance(tx, s, now).await?;
     // Checked before this item's own ledger row exists; earlier items of the
     // batch are already in, so a within-batch payload change is seen too.
     let payload_changed: bool = sqlx::query_scalar(
@@ -124,24 +112,7 @@ async fn apply_claim(
         recorded_at: now,
         sequence,
     };
-    let inserted = sqlx::query(
-        "INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
-           submission_timestamp, payload_digest, fingerprint, recorded_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (idempotency_key) DO NOTHING",
-    )
-    .bind(id.to_string())
-    .bind(&s.key)
-    .bind(&s.award_id)
-    .bind(s.amount_cents)
-    .bind(sequence)
-    .bind(&s.submission_timestamp)
-    .bind(&s.payload_digest)
-    .bind(&s.fingerprint)
-    .bind(now_us)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
+    if !insert_ledger_row(tx, s, &d).await? {
         return Ok(None);
     }
     let event_id = Uuid::now_v7();
@@ -153,7 +124,7 @@ async fn apply_claim(
     .bind(&s.award_id)
     .bind(sequence)
     .bind(event_json(event_id, s, &d))
-    .bind(now_us)
+    .bind(to_micros(now))
     .execute(&mut **tx)
     .await?;
     if payload_changed {
@@ -163,12 +134,59 @@ async fn apply_claim(
     Ok(Some(d))
 }
 
+/// Adds the item to its award's running total; returns its sequence number.
+async fn bump_balance(
+    tx: &mut Transaction<'_, Sqlite>,
+    s: &Submission,
+    now: OffsetDateTime,
+) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO award_balances (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
+         VALUES (?1, ?2, 1, 1, ?3) \
+         ON CONFLICT (award_id) DO UPDATE SET total_cents = total_cents + excluded.total_cents, \
+           disbursement_count = disbursement_count + 1, last_sequence = last_sequence + 1, \
+           updated_at = excluded.updated_at \
+         RETURNING last_sequence",
+    )
+    .bind(&s.award_id)
+    .bind(s.amount_cents)
+    .bind(to_micros(now))
+    .fetch_one(&mut **tx)
+    .await?)
+}
+
+/// Inserts the ledger row; false when the ledger already holds the key.
+async fn insert_ledger_row(
+    tx: &mut Transaction<'_, Sqlite>,
+    s: &Submission,
+    d: &Disbursement,
+) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(
+        "INSERT INTO disbursements (id, idempotency_key, award_id, amount_cents, sequence, \
+           submission_timestamp, payload_digest, fingerprint, recorded_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (idempotency_key) DO NOTHING",
+    )
+    .bind(d.id.to_string())
+    .bind(&s.key)
+    .bind(&s.award_id)
+    .bind(s.amount_cents)
+    .bind(d.sequence)
+    .bind(&s.submission_timestamp)
+    .bind(&s.payload_digest)
+    .bind(&s.fingerprint)
+    .bind(to_micros(d.recorded_at))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn insert_audit_row(
     tx: &mut Transaction<'_, Sqlite>,
     at: OffsetDateTime,
     decision: &str,
-    tier: Option<&str>,
+    tier: Option<Tier>,
     s: &Submission,
     ctx: &ClaimContext,
     payload_changed: bool,
@@ -180,7 +198,7 @@ async fn insert_audit_row(
     )
     .bind(to_micros(at))
     .bind(decision)
-    .bind(tier)
+    .bind(tier.map(Tier::as_str))
     .bind(key_prefix(&s.key))
     .bind(&s.award_id)
     .bind(&*ctx.instance)
@@ -196,7 +214,7 @@ async fn claim_in_tx(
     items: &[&Submission],
     ctx: &ClaimContext,
 ) -> Result<(Vec<ClaimOutcome>, bool), StoreError> {
-    let now = now_micros();
+    let now = crate::time_fmt::now_micros();
     let mut outcomes = Vec::with_capacity(items.len());
     let mut late = Vec::new();
     let mut wrote_outbox = false;
@@ -232,7 +250,7 @@ async fn claim_in_tx(
         let stored = load_stored(tx, &s.key)
             .await?
             .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key))))?;
-        let outcome = outcome_for(s, stored);
+        let outcome = stored.outcome_for(s);
         let (decision, detail) = match outcome {
             ClaimOutcome::KeyReused(_) => (
                 "rejected",
@@ -240,7 +258,7 @@ async fn claim_in_tx(
             ),
             _ => ("duplicate", None),
         };
-        insert_audit_row(tx, now, decision, Some("DATABASE"), s, ctx, false, detail).await?;
+        insert_audit_row(tx, now, decision, Some(Tier::Database), s, ctx, false, detail).await?;
         outcomes.push(outcome);
     }
     if !late.is_empty() {
@@ -315,7 +333,7 @@ impl Store for SqliteStore {
             )
             .bind(to_micros(r.at))
             .bind(r.decision.as_str())
-            .bind(r.tier)
+            .bind(r.tier.map(Tier::as_str))
             .bind(&r.key_prefix)
             .bind(&r.award_id)
             .bind(&*r.instance)

@@ -10,7 +10,8 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use oncegate::config::{Cli, Command, ServeArgs};
+use oncegate::cli::{Cli, Command};
+use oncegate::config::ServeArgs;
 use oncegate::pb::gate_client::GateClient;
 use oncegate::pb::{self, Outcome, Tier};
 use oncegate::store::Store;
@@ -23,6 +24,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+
+/// Opens a store by URL, as the binary does.
+pub async fn open_store(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, oncegate::error::StoreError> {
+    oncegate::store::open(&oncegate::store::StoreSettings {
+        url: url.to_string(),
+        pool_size,
+    })
+    .await
+}
 
 pub fn admin_url() -> String {
     std::env::var("ONCEGATE_TEST_DATABASE_URL")
@@ -107,7 +117,7 @@ impl TestDb {
     }
 
     pub async fn open(&self) -> Arc<dyn Store> {
-        oncegate::store::open(&self.url, 2).await.expect("open store")
+        open_store(&self.url, 2).await.expect("open store")
     }
 
     /// Runs one statement directly (test setup: triggers, backdating).
@@ -243,7 +253,7 @@ pub fn serve_args(db: &TestDb) -> ServeArgs {
     // The environment must not leak in (REDIS_URL, DATABASE_URL, …).
     args.store.database_url = Some(db.url.clone());
     args.redis_url = None;
-    args.relay.relay_sink = "none".into();
+    args.relay.relay_sink = oncegate::relay::SinkSpec::None;
     args.instance_id = Some(unique("it-"));
     *args
 }
@@ -268,7 +278,9 @@ pub struct TestApp {
 impl TestApp {
     pub async fn spawn(args: ServeArgs) -> Self {
         init_logging();
-        let app = oncegate::App::build(args).await.expect("app builds");
+        let app = oncegate::App::build(args.app_config().expect("valid config"))
+            .await
+            .expect("app builds");
         let (addr, metrics_addr, store) = (app.local_addr(), app.metrics_addr(), app.store());
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(app.run_until_shutdown(async move {

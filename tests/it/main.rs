@@ -26,4 +26,5 @@ mod relay;
 mod retention;
 mod security;
 mod store_suite;
+mod structure;
 mod tiers;

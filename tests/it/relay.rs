@@ -144,7 +144,7 @@ async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind
     let db = TestDb::new(kind).await;
     let stream = unique("og-it-events-");
     let mut args = serve_args(&db);
-    args.relay.relay_sink = redis_url();
+    args.relay.relay_sink = oncegate::relay::SinkSpec::parse(&redis_url()).unwrap();
     args.relay.relay_stream = stream.clone();
     args.relay.relay_batch = 5;
     // Far longer than the test: only the outbox notification (LISTEN/NOTIFY,

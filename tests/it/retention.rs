@@ -59,7 +59,7 @@ fn audit_row(award: &str, at: OffsetDateTime) -> AuditEntry {
     AuditEntry {
         at,
         decision: AuditDecision::Duplicate,
-        tier: Some("LOCAL_CACHE"),
+        tier: Some(oncegate::store::Tier::LocalCache),
         key_prefix: "0123456789ab".into(),
         award_id: award.into(),
         instance: Arc::from("it"),
@@ -373,7 +373,7 @@ async fn late_redelivery_after_the_real_purge_is_not_double_posted(kind: Kind) {
         ago(kind, (3 * 365 + 10) * DAY as i64)
     ))
     .await;
-    let report = Retention::new(db.open().await, serve_args(&db).retention.policy())
+    let report = Retention::new(db.open().await, serve_args(&db).retention.policy().unwrap())
         .step()
         .await
         .unwrap();
@@ -580,7 +580,7 @@ async fn app_role_with_the_documented_grants_cannot_change_the_trail_but_can_pur
     assert_eq!(count_where(&db, "audit_log", "award_id = 'forged'").await, 0);
 
     // Retention still works for the role, through the SECURITY DEFINER functions.
-    let store = oncegate::store::open(&role_url, 2).await.unwrap();
+    let store = open_store(&role_url, 2).await.unwrap();
     let at = |s: &str| OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap();
     store
         .append_audit(&[

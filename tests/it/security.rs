@@ -5,7 +5,7 @@
 use crate::helpers::*;
 use base64::Engine;
 use clap::Parser;
-use oncegate::config::{Cli, Command};
+use oncegate::cli::{Cli, Command};
 use oncegate::pb::gate_client::GateClient;
 use oncegate::pb::{self, Outcome};
 use rcgen::{
@@ -406,7 +406,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = "log".into();
+    args.relay.relay_sink = oncegate::relay::SinkSpec::Log;
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let first = submission("AWD-ROLE", TS, b"one", 500);
@@ -444,7 +444,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
         .await,
         "the relay marks events published as the role"
     );
-    let purge = oncegate::store::open(&role_url, 1)
+    let purge = open_store(&role_url, 1)
         .await
         .unwrap()
         .purge(&oncegate::store::RetentionPolicy {
@@ -507,4 +507,28 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
 
     db.exec(&format!("DROP OWNED BY {role}")).await;
     db.exec(&format!("DROP ROLE {role}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_certificate_fails_start_up_before_the_store_or_any_port() {
+    let pki = Pki::new();
+    pki.write(
+        "server.pem",
+        "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n",
+    );
+    let db = TestDb::new(Kind::Postgres).await;
+    let mut args = pki.serve_args(&db, false);
+    // An unreachable store: if TLS were read after it, start-up would wait
+    // out the store's timeout and fail on the store instead.
+    args.store.database_url = Some("postgres://root@127.0.0.1:1/none".into());
+    let started = std::time::Instant::now();
+    let err = match oncegate::App::build(args.app_config().unwrap()).await {
+        Ok(_) => panic!("a bad certificate must fail start-up"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("ONCEGATE_TLS_CERT"), "names the setting: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "before waiting for the store"
+    );
 }

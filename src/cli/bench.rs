@@ -5,8 +5,10 @@
 //! per deciding tier, and with `--database-url` checks the ledger afterwards
 //! (disbursements = unique submissions, totals exact), exiting 2 on a mismatch.
 
+use crate::error::ConfigError;
 use crate::pb::gate_client::GateClient;
 use crate::pb::{self, Outcome, Tier};
+use crate::store::StoreSettings;
 use anyhow::Context;
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -64,6 +66,29 @@ pub struct BenchArgs {
     /// Suppress the progress line.
     #[arg(long)]
     pub quiet: bool,
+}
+
+impl BenchArgs {
+    /// Checks what clap cannot; the error names the flag.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.duplicate_ratio) {
+            return Err(ConfigError(format!(
+                "--duplicate-ratio must be between 0 and 1, got {}",
+                self.duplicate_ratio
+            )));
+        }
+        if let Some(url) = &self.database_url
+            && !(url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite://"))
+        {
+            return Err(ConfigError(format!(
+                "--database-url must start with postgres:// or sqlite://, got {:?}",
+                crate::secret::mask_url(url)
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Everything one client measured.
@@ -249,28 +274,26 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let store = match &args.database_url {
-        Some(url) => Some(
-            crate::store::open(url, 2)
-                .await
-                .context("opening --database-url")?,
-        ),
+        Some(url) => {
+            let settings = StoreSettings {
+                url: url.clone(),
+                pool_size: 2,
+            };
+            Some(
+                crate::store::open(&settings)
+                    .await
+                    .context("opening --database-url")?,
+            )
+        }
         None => None,
     };
     let before = match &store {
         Some(s) => Some(s.ledger_summary().await.context("reading the ledger")?),
         None => None,
     };
-    let run_id = format!(
-        "bench-{}",
-        uuid::Uuid::new_v4()
-            .simple()
-            .to_string()
-            .get(..8)
-            .unwrap_or("run")
-    );
     let shared = Arc::new(Shared {
         generator: Generator {
-            run: run_id.clone(),
+            run: format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
             timestamp: crate::time_fmt::rfc3339(time::OffsetDateTime::now_utc()),
             payload_bytes: args.payload_bytes,
             awards: args.awards,
@@ -280,77 +303,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         stop_at: args.deliveries,
     });
     let chans = channels(&args.target, args.connections).await?;
-    let clients = args.clients.max(1);
-
-    // Prime: fresh submissions, split over the clients' histories.
-    let mut histories: Vec<Vec<u64>> = vec![Vec::new(); clients];
-    let mut primed = ClientStats::new();
-    if args.prime > 0 {
-        let per = args.prime.div_ceil(clients as u64);
-        let mut tasks = tokio::task::JoinSet::new();
-        for (c, chan) in (0..clients).zip(chans.iter().cycle()) {
-            let mut client = GateClient::new(chan.clone());
-            let shared = shared.clone();
-            tasks.spawn(async move {
-                let mut stats = ClientStats::new();
-                let mut mine = Vec::new();
-                for _ in 0..per {
-                    let n = shared.next_fresh.fetch_add(1, Ordering::Relaxed);
-                    let s = shared.generator.submission(n);
-                    if deliver(&mut client, &s, &mut stats).await.is_some() {
-                        mine.push(n);
-                        stats.fresh_answered += 1;
-                        stats.fresh_cents += s.amount_cents as i128;
-                    }
-                }
-                (c, mine, stats)
-            });
-        }
-        while let Some(done) = tasks.join_next().await {
-            let (c, mine, stats) = done?;
-            histories[c] = mine;
-            primed.merge(stats);
-        }
-    }
-
-    let started = Instant::now();
-    let until = started + args.duration;
-    let mut tasks = tokio::task::JoinSet::new();
-    for ((c, history), chan) in histories.into_iter().enumerate().zip(chans.iter().cycle()) {
-        tasks.spawn(client_loop(
-            GateClient::new(chan.clone()),
-            shared.clone(),
-            history,
-            args.duplicate_ratio,
-            until,
-            c as u64 + 1,
-        ));
-    }
-    let progress = (!args.quiet).then(|| {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut last = 0;
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let fresh = shared.next_fresh.load(Ordering::Relaxed);
-                eprint!(
-                    "\r{:>5.1}s  fresh submissions so far: {fresh} (+{}/s)   ",
-                    started.elapsed().as_secs_f64(),
-                    fresh - last
-                );
-                last = fresh;
-            }
-        })
-    });
-    let mut total = ClientStats::new();
-    while let Some(done) = tasks.join_next().await {
-        total.merge(done?);
-    }
-    let elapsed = started.elapsed();
-    if let Some(p) = progress {
-        p.abort();
-        eprintln!();
-    }
+    let (histories, primed) = prime(&args, &shared, &chans).await?;
+    let (elapsed, total) = measure(&args, &shared, &chans, histories).await?;
     let ledger = match (&store, before) {
         (Some(s), Some(before)) => Some(check_ledger(&**s, &before, &primed, &total).await?),
         _ => None,
@@ -365,6 +319,95 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// Fresh submissions before measuring, split over the clients' histories
+/// (so redeliveries have targets).
+async fn prime(
+    args: &BenchArgs,
+    shared: &Arc<Shared>,
+    chans: &[Channel],
+) -> anyhow::Result<(Vec<Vec<u64>>, ClientStats)> {
+    let clients = args.clients.max(1);
+    let mut histories: Vec<Vec<u64>> = vec![Vec::new(); clients];
+    let mut primed = ClientStats::new();
+    if args.prime == 0 {
+        return Ok((histories, primed));
+    }
+    let per = args.prime.div_ceil(clients as u64);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, chan) in (0..clients).zip(chans.iter().cycle()) {
+        let mut client = GateClient::new(chan.clone());
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let mut stats = ClientStats::new();
+            let mut mine = Vec::new();
+            for _ in 0..per {
+                let n = shared.next_fresh.fetch_add(1, Ordering::Relaxed);
+                let s = shared.generator.submission(n);
+                if deliver(&mut client, &s, &mut stats).await.is_some() {
+                    mine.push(n);
+                    stats.fresh_answered += 1;
+                    stats.fresh_cents += s.amount_cents as i128;
+                }
+            }
+            (c, mine, stats)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (c, mine, stats) = done?;
+        histories[c] = mine;
+        primed.merge(stats);
+    }
+    Ok((histories, primed))
+}
+
+/// The measured run: every client until the duration (or delivery count).
+async fn measure(
+    args: &BenchArgs,
+    shared: &Arc<Shared>,
+    chans: &[Channel],
+    histories: Vec<Vec<u64>>,
+) -> anyhow::Result<(Duration, ClientStats)> {
+    let started = Instant::now();
+    let until = started + args.duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for ((c, history), chan) in histories.into_iter().enumerate().zip(chans.iter().cycle()) {
+        tasks.spawn(client_loop(
+            GateClient::new(chan.clone()),
+            shared.clone(),
+            history,
+            args.duplicate_ratio,
+            until,
+            c as u64 + 1,
+        ));
+    }
+    let progress = (!args.quiet).then(|| tokio::spawn(show_progress(shared.clone(), started)));
+    let mut total = ClientStats::new();
+    while let Some(done) = tasks.join_next().await {
+        total.merge(done?);
+    }
+    let elapsed = started.elapsed();
+    if let Some(p) = progress {
+        p.abort();
+        eprintln!();
+    }
+    Ok((elapsed, total))
+}
+
+/// A progress line on stderr, once a second, until aborted.
+async fn show_progress(shared: Arc<Shared>, started: Instant) {
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let fresh = shared.next_fresh.load(Ordering::Relaxed);
+        eprint!(
+            "\r{:>5.1}s  fresh submissions so far: {fresh} (+{}/s)   ",
+            started.elapsed().as_secs_f64(),
+            fresh - last
+        );
+        last = fresh;
+    }
 }
 
 struct LedgerCheck {
@@ -544,7 +587,7 @@ async fn serve_echo(addr: SocketAddr) -> anyhow::Result<()> {
         .add_service(pb::gate_server::GateServer::new(Echo))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
-            crate::client::shutdown_signal(),
+            crate::shutdown::signal(),
         )
         .await?;
     Ok(())

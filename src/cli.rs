@@ -1,0 +1,347 @@
+//! The command tree: each subcommand's arguments, resolved into settings
+//! once ([`Command::resolve`], exit 64 on a bad one), then run ([`run`]).
+//!
+//! - `serve`, `migrate`, `purge`, `relay`: here;
+//! - `key`: here; `submit`, `lookup` (calls to a running sidecar): [`remote`];
+//! - `bench` (the load generator and its echo yardstick): [`bench`].
+
+pub mod bench;
+pub mod remote;
+
+use crate::app::{App, AppConfig};
+use crate::config::{LogFormat, RelaySettingsArgs, RetentionArgs, ServeArgs, StoreArgs, hostname};
+use crate::error::ConfigError;
+use crate::relay::{Relay, RelaySettings, SinkSettings};
+use crate::retention::Retention;
+use crate::secret::mask_url;
+use crate::shutdown::{Phase, Shutdown, Tasks};
+use crate::store::{RetentionPolicy, StoreSettings};
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use std::io::{BufRead, Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Connections a one-shot tool opens at most.
+const TOOL_POOL: u32 = 4;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "oncegate",
+    version,
+    about = "Exactly-once effect for message consumers: a gRPC sidecar"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sidecar: gRPC, metrics, outbox relay, retention purge.
+    Serve(Box<ServeArgs>),
+    /// Apply the database migrations and exit.
+    Migrate(StoreArgs),
+    /// Print the idempotency key of a submission (parity check with other languages).
+    Key(KeyArgs),
+    /// Send one submission to a running sidecar and print the decision.
+    Submit(remote::SubmitArgs),
+    /// Look up the stored result of a key on a running sidecar.
+    Lookup(remote::LookupArgs),
+    /// Load generator: drive a running sidecar, report throughput and latency, check the ledger.
+    Bench(Box<bench::BenchArgs>),
+    /// Run the retention purge once and exit.
+    Purge(PurgeArgs),
+    /// Run the outbox relay alone (no gRPC).
+    Relay(RelayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub relay: RelaySettingsArgs,
+    /// Prometheus metrics listen address.
+    #[arg(long, env = "ONCEGATE_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
+    pub metrics_listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    #[arg(long, required_unless_present = "jsonl")]
+    pub award_id: Option<String>,
+    /// RFC 3339, used verbatim.
+    #[arg(long, required_unless_present = "jsonl")]
+    pub timestamp: Option<String>,
+    /// Payload file; standard input when absent.
+    #[arg(long)]
+    pub payload_file: Option<PathBuf>,
+    /// Read JSON lines {"award_id", "submission_timestamp", "payload_b64"} from stdin; print one key per line.
+    #[arg(long, conflicts_with_all = ["award_id", "timestamp", "payload_file"])]
+    pub jsonl: bool,
+}
+
+/// A subcommand with its settings resolved and checked.
+pub enum Job {
+    Serve {
+        config: Box<AppConfig>,
+        /// The effective configuration, secrets masked, for the start-up log.
+        described: String,
+    },
+    Migrate(StoreSettings),
+    Key(KeyArgs),
+    Submit(remote::SubmitArgs),
+    Lookup(remote::LookupArgs),
+    Bench(Box<bench::BenchArgs>),
+    Purge(StoreSettings, RetentionPolicy),
+    Relay {
+        store: StoreSettings,
+        sink: SinkSettings,
+        relay: RelaySettings,
+        metrics_listen: SocketAddr,
+    },
+}
+
+impl Command {
+    /// Log format for this subcommand.
+    pub fn log_format(&self) -> LogFormat {
+        match self {
+            Self::Serve(a) => a.log_format,
+            _ => LogFormat::Text,
+        }
+    }
+
+    /// Default log level: long-running commands report what they do.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Self::Serve(_) | Self::Relay(_) | Self::Purge(_) | Self::Migrate(_) => "info",
+            _ => "warn",
+        }
+    }
+
+    /// Checks every setting and builds the components' settings.
+    pub fn resolve(self) -> Result<Job, ConfigError> {
+        Ok(match self {
+            Self::Serve(args) => Job::Serve {
+                config: Box::new(args.app_config()?),
+                described: args.describe(),
+            },
+            Self::Migrate(store) => Job::Migrate(store.settings(TOOL_POOL)?),
+            Self::Key(args) => Job::Key(args),
+            Self::Submit(args) => Job::Submit(args),
+            Self::Lookup(args) => Job::Lookup(args),
+            Self::Bench(args) => {
+                args.check()?;
+                Job::Bench(args)
+            }
+            Self::Purge(args) => Job::Purge(args.store.settings(TOOL_POOL)?, args.retention.policy()?),
+            Self::Relay(args) => Job::Relay {
+                store: args.store.settings(TOOL_POOL)?,
+                sink: args.relay.sink(),
+                relay: args.relay.relay(&hostname())?,
+                metrics_listen: args.metrics_listen,
+            },
+        })
+    }
+}
+
+/// Runs one resolved subcommand.
+pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
+    match job {
+        Job::Serve { config, described } => serve(*config, described).await,
+        Job::Migrate(store) => migrate(store).await,
+        Job::Key(args) => key(args),
+        Job::Submit(args) => remote::submit(args).await,
+        Job::Lookup(args) => remote::lookup(args).await,
+        Job::Bench(args) => bench::run(*args).await,
+        Job::Purge(store, policy) => purge(store, policy).await,
+        Job::Relay {
+            store,
+            sink,
+            relay,
+            metrics_listen,
+        } => run_relay(store, sink, relay, metrics_listen).await,
+    }
+}
+
+async fn serve(config: AppConfig, described: String) -> anyhow::Result<ExitCode> {
+    tracing::info!(config = %described, "starting");
+    let app = App::build(config).await?;
+    let banner = app.banner();
+    tracing::info!("{banner}");
+    eprintln!("{banner}");
+    app.run_until_shutdown(crate::shutdown::signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn open_store(settings: &StoreSettings) -> anyhow::Result<std::sync::Arc<dyn crate::store::Store>> {
+    crate::store::open(settings).await.context("opening the store")
+}
+
+async fn migrate(settings: StoreSettings) -> anyhow::Result<ExitCode> {
+    let store = open_store(&settings).await?;
+    store.migrate().await.context("migrating")?;
+    eprintln!("migrations applied ({})", mask_url(&settings.url));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(serde::Deserialize)]
+struct KeyLine {
+    award_id: String,
+    submission_timestamp: String,
+    #[serde(default)]
+    payload_b64: String,
+}
+
+fn key(args: KeyArgs) -> anyhow::Result<ExitCode> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if args.jsonl {
+        return keys_from_jsonl(&mut out);
+    }
+    let (Some(award_id), Some(timestamp)) = (args.award_id, args.timestamp) else {
+        bail!("--award-id and --timestamp are required");
+    };
+    let payload = match args.payload_file {
+        Some(p) => std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?,
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf)?;
+            buf
+        }
+    };
+    writeln!(out, "{}", crate::key::derive_key(&award_id, &timestamp, &payload))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn keys_from_jsonl(out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    use base64::Engine;
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let k: KeyLine =
+            serde_json::from_str(&line).with_context(|| format!("line {}: not a key request", n + 1))?;
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(&k.payload_b64)
+            .with_context(|| format!("line {}: payload_b64 is not base64", n + 1))?;
+        writeln!(
+            out,
+            "{}",
+            crate::key::derive_key(&k.award_id, &k.submission_timestamp, &payload)
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn purge(settings: StoreSettings, policy: RetentionPolicy) -> anyhow::Result<ExitCode> {
+    let store = open_store(&settings).await?;
+    let report = Retention::new(store, policy).step().await.context("purging")?;
+    if report.ran {
+        println!(
+            "purged claims={} audit={} outbox={}",
+            report.claims_deleted, report.audit_deleted, report.outbox_deleted
+        );
+    } else {
+        println!("skipped: another instance is purging");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `oncegate relay`: the relay and its metrics, with the same shutdown
+/// phases as `serve`.
+async fn run_relay(
+    store: StoreSettings,
+    sink: SinkSettings,
+    relay: RelaySettings,
+    metrics_listen: SocketAddr,
+) -> anyhow::Result<ExitCode> {
+    let store = open_store(&store).await?;
+    let Some(relay) = Relay::connect(&sink, relay, store).await? else {
+        bail!("ONCEGATE_RELAY_SINK is none: nothing to relay to");
+    };
+    let listener = tokio::net::TcpListener::bind(metrics_listen)
+        .await
+        .with_context(|| format!("binding ONCEGATE_METRICS_LISTEN on {metrics_listen}"))?;
+    let shutdown = Shutdown::new();
+    let mut tasks = Tasks::new();
+    let stop = shutdown.stop_at(Phase::Stopped).into_future();
+    tasks.spawn("metrics endpoint", async move {
+        crate::metrics::serve(listener, stop)
+            .await
+            .context("serving /metrics")
+    });
+    let stop = shutdown.stop_at(Phase::StopBackground);
+    tasks.spawn("outbox relay", async move {
+        relay.run(stop).await;
+        Ok(())
+    });
+    let failure = tokio::select! {
+        _ = crate::shutdown::signal() => None,
+        exit = tasks.next_exit() => Some(crate::shutdown::unexpected_exit(exit)),
+    };
+    shutdown.advance(Phase::Stopped);
+    tasks
+        .join_all(tokio::time::Instant::now() + std::time::Duration::from_secs(10))
+        .await;
+    failure.map_or(Ok(ExitCode::SUCCESS), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(argv: &[&str]) -> Result<Job, ConfigError> {
+        Cli::try_parse_from(argv).expect("parses").command.resolve()
+    }
+
+    #[test]
+    fn defaults_bind_loopback() {
+        let Ok(Job::Serve { config, .. }) = resolve(&["oncegate", "serve"]) else {
+            panic!("serve resolves with defaults")
+        };
+        assert!(config.listen.ip().is_loopback());
+        assert!(config.metrics_listen.ip().is_loopback());
+        assert_eq!(
+            config.retention.retention,
+            humantime::parse_duration("3years").unwrap()
+        );
+    }
+
+    #[test]
+    fn every_subcommand_checks_its_store_url() {
+        for sub in ["migrate", "purge", "relay"] {
+            let err = resolve(
+                &[
+                    "oncegate",
+                    sub,
+                    "--database-url",
+                    "mysql://u:pw@db/x",
+                    "--relay-sink",
+                    "log",
+                ][..if sub == "relay" { 6 } else { 4 }],
+            )
+            .err()
+            .unwrap_or_else(|| panic!("{sub} refuses mysql://"));
+            assert!(err.0.contains("DATABASE_URL"), "{sub}: {err}");
+            assert!(!err.0.contains("pw"), "{sub}: the password is masked: {err}");
+        }
+    }
+
+    #[test]
+    fn a_bad_relay_sink_is_refused_while_parsing() {
+        let err = Cli::try_parse_from(["oncegate", "serve", "--relay-sink", "kafka://broker"]).unwrap_err();
+        assert!(err.to_string().contains("ONCEGATE_RELAY_SINK"), "{err}");
+    }
+}

@@ -1,0 +1,308 @@
+//! The claim transaction on Postgres: a batch of distinct keys costs three
+//! set-based statements (`unnest` arrays), not five per delivery:
+//!
+//! 1. claim rows, `INSERT … ON CONFLICT DO NOTHING RETURNING key` (the keys
+//!    returned are the ones this transaction claimed);
+//! 2. the running totals of the claimed items' awards, one upsert that
+//!    returns each award's last sequence number (and locks its row);
+//! 3. `claim.sql`: audit rows, ledger rows and outbox events together.
+//!
+//! Keys not claimed load their stored result (a duplicate, or a key reuse).
+
+use crate::error::StoreError;
+use crate::key::key_prefix;
+use crate::store::shared::event_json;
+use crate::store::{ClaimContext, ClaimOutcome, Disbursement, StoredResult, Tier};
+use crate::submission::Submission;
+use sqlx::{Postgres, Row, Transaction};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const CLAIM_EFFECTS_SQL: &str = include_str!("claim.sql");
+
+/// Claims `items` (distinct keys) inside `tx`; one outcome per item, in order.
+pub(super) async fn claim_in_tx(
+    tx: &mut Transaction<'_, Postgres>,
+    items: &[&Submission],
+    ctx: &ClaimContext,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let now = crate::time_fmt::now_micros();
+    let ids: Vec<Uuid> = items.iter().map(|_| Uuid::now_v7()).collect();
+    let claimed_keys = insert_claims(tx, items, &ids, now).await?;
+    let (claimed, others): (Vec<&Submission>, Vec<&Submission>) =
+        items.iter().copied().partition(|s| claimed_keys.contains(&s.key));
+    let mut stored = if others.is_empty() {
+        HashMap::new()
+    } else {
+        let keys: Vec<&str> = others.iter().map(|s| s.key.as_str()).collect();
+        super::load_stored(tx, &keys).await?
+    };
+    let id_of: HashMap<&str, Uuid> = items.iter().map(|s| s.key.as_str()).zip(ids).collect();
+    let rows = if claimed.is_empty() {
+        Vec::new()
+    } else {
+        ledger_rows(tx, &claimed, &id_of, now).await?
+    };
+    let mut fresh: HashMap<&str, &Disbursement> = claimed.iter().map(|s| s.key.as_str()).zip(&rows).collect();
+    let outcomes = items
+        .iter()
+        .map(|s| match fresh.remove(s.key.as_str()) {
+            Some(d) => Ok(ClaimOutcome::Claimed(StoredResult {
+                key: s.key.clone(),
+                fingerprint: s.fingerprint.clone(),
+                disbursement: d.clone(),
+            })),
+            None => stored
+                .remove(&s.key)
+                .map(|r| r.outcome_for(s))
+                .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key)))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let columns = ClaimColumns::new(items, &outcomes, &claimed, &rows, ctx, now);
+    let flagged = columns.execute(tx).await?;
+    if flagged > 0 {
+        metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(flagged as u64);
+    }
+    Ok(outcomes)
+}
+
+/// Inserts the claim rows; returns the keys this transaction claimed.
+async fn insert_claims(
+    tx: &mut Transaction<'_, Postgres>,
+    items: &[&Submission],
+    ids: &[Uuid],
+    now: OffsetDateTime,
+) -> Result<HashSet<String>, StoreError> {
+    let keys: Vec<&str> = items.iter().map(|s| s.key.as_str()).collect();
+    let awards: Vec<&str> = items.iter().map(|s| s.award_id.as_str()).collect();
+    let prints: Vec<&str> = items.iter().map(|s| s.fingerprint.as_str()).collect();
+    let claimed: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
+         SELECT k, a, f, d, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS t(k, a, f, d) \
+         ORDER BY k \
+         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
+    )
+    .bind(&keys)
+    .bind(&awards)
+    .bind(&prints)
+    .bind(ids)
+    .bind(now)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(claimed.into_iter().collect())
+}
+
+/// The ledger rows of the claimed items: the running totals bumped, each
+/// item numbered within its award.
+async fn ledger_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    claimed: &[&Submission],
+    id_of: &HashMap<&str, Uuid>,
+    now: OffsetDateTime,
+) -> Result<Vec<Disbursement>, StoreError> {
+    let totals = totals_by_award(claimed);
+    let last = bump_balances(tx, &totals, now).await?;
+    let counts: HashMap<&str, i64> = totals.iter().map(|t| (t.0, t.2)).collect();
+    let seqs = assign_sequences(claimed, &last, &counts);
+    Ok(claimed
+        .iter()
+        .zip(seqs)
+        .map(|(s, sequence)| Disbursement {
+            id: id_of[s.key.as_str()],
+            award_id: s.award_id.clone(),
+            amount_cents: s.amount_cents,
+            recorded_at: now,
+            sequence,
+        })
+        .collect())
+}
+
+/// Adds the claimed amounts to the running totals; returns each award's
+/// `last_sequence` after the increment.
+async fn bump_balances(
+    tx: &mut Transaction<'_, Postgres>,
+    totals: &[(&str, i64, i64)],
+    now: OffsetDateTime,
+) -> Result<HashMap<String, i64>, StoreError> {
+    let awards: Vec<&str> = totals.iter().map(|t| t.0).collect();
+    let sums: Vec<i64> = totals.iter().map(|t| t.1).collect();
+    let counts: Vec<i64> = totals.iter().map(|t| t.2).collect();
+    let rows = sqlx::query(
+        "INSERT INTO award_balances AS b (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
+         SELECT a, t, n, n, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(a, t, n) ORDER BY a \
+         ON CONFLICT (award_id) DO UPDATE SET \
+           total_cents = b.total_cents + excluded.total_cents, \
+           disbursement_count = b.disbursement_count + excluded.disbursement_count, \
+           last_sequence = b.last_sequence + excluded.disbursement_count, \
+           updated_at = excluded.updated_at \
+         RETURNING award_id, last_sequence",
+    )
+    .bind(&awards)
+    .bind(&sums)
+    .bind(&counts)
+    .bind(now)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .collect::<Result<HashMap<_, _>, sqlx::Error>>()?)
+}
+
+/// Assigns per-award sequence numbers to claimed items, given each award's
+/// `last_sequence` after the increment. Items of one award get consecutive
+/// numbers in batch order.
+fn assign_sequences(
+    claimed: &[&Submission],
+    last_by_award: &HashMap<String, i64>,
+    count_by_award: &HashMap<&str, i64>,
+) -> Vec<i64> {
+    let mut next: HashMap<&str, i64> = HashMap::with_capacity(count_by_award.len());
+    claimed
+        .iter()
+        .map(|s| {
+            let n = next
+                .entry(s.award_id.as_str())
+                .or_insert_with(|| last_by_award[&s.award_id] - count_by_award[s.award_id.as_str()] + 1);
+            let seq = *n;
+            *n += 1;
+            seq
+        })
+        .collect()
+}
+
+/// Per award: (sum of amounts, number of items), in award order (a stable lock
+/// order across concurrent transactions avoids deadlocks).
+fn totals_by_award<'a>(claimed: &[&'a Submission]) -> Vec<(&'a str, i64, i64)> {
+    let mut map: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    for s in claimed {
+        let e = map.entry(s.award_id.as_str()).or_default();
+        e.0 += s.amount_cents;
+        e.1 += 1;
+    }
+    map.into_iter().map(|(a, (sum, n))| (a, sum, n)).collect()
+}
+
+/// Items claimed in this batch whose award id and timestamp already appear
+/// under another key in the same batch (the changed-payload rule).
+fn changed_within_batch(claimed: &[&Submission]) -> HashSet<String> {
+    let mut first: HashMap<(&str, &str), &str> = HashMap::new();
+    claimed
+        .iter()
+        .filter(|s| {
+            let k = first
+                .entry((s.award_id.as_str(), s.submission_timestamp.as_str()))
+                .or_insert(s.key.as_str());
+            *k != s.key.as_str()
+        })
+        .map(|s| s.key.clone())
+        .collect()
+}
+
+/// The parameters of `claim.sql`, as its column arrays (named there).
+struct ClaimColumns<'a> {
+    at: OffsetDateTime,
+    instance: &'a str,
+    decision: Vec<&'static str>,
+    tier: Vec<Option<&'static str>>,
+    key_prefix: Vec<&'a str>,
+    audit_award_id: Vec<&'a str>,
+    submitted_at: Vec<&'a str>,
+    audit_key: Vec<&'a str>,
+    changed_in_batch: Vec<bool>,
+    id: Vec<Uuid>,
+    key: Vec<&'a str>,
+    award_id: Vec<&'a str>,
+    amount_cents: Vec<i64>,
+    sequence: Vec<i64>,
+    submission_ts: Vec<&'a str>,
+    payload_digest: Vec<&'a str>,
+    fingerprint: Vec<&'a str>,
+    recorded_at: Vec<OffsetDateTime>,
+    event_id: Vec<Uuid>,
+    event_body: Vec<String>,
+}
+
+impl<'a> ClaimColumns<'a> {
+    fn new(
+        items: &[&'a Submission],
+        outcomes: &[ClaimOutcome],
+        claimed: &[&'a Submission],
+        rows: &[Disbursement],
+        ctx: &'a ClaimContext,
+        at: OffsetDateTime,
+    ) -> Self {
+        let changed = changed_within_batch(claimed);
+        let (decision, tier): (Vec<_>, Vec<_>) = outcomes
+            .iter()
+            .map(|o| match o {
+                ClaimOutcome::Claimed(_) => ("processed", None),
+                ClaimOutcome::Duplicate(_) => ("duplicate", Some(Tier::Database.as_str())),
+                ClaimOutcome::KeyReused(_) => ("rejected", Some(Tier::Database.as_str())),
+            })
+            .unzip();
+        let event_id: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+        Self {
+            at,
+            instance: &ctx.instance,
+            decision,
+            tier,
+            key_prefix: items.iter().map(|s| key_prefix(&s.key)).collect(),
+            audit_award_id: items.iter().map(|s| s.award_id.as_str()).collect(),
+            submitted_at: items.iter().map(|s| s.submission_timestamp.as_str()).collect(),
+            audit_key: items.iter().map(|s| s.key.as_str()).collect(),
+            changed_in_batch: items.iter().map(|s| changed.contains(&s.key)).collect(),
+            id: rows.iter().map(|d| d.id).collect(),
+            key: claimed.iter().map(|s| s.key.as_str()).collect(),
+            award_id: claimed.iter().map(|s| s.award_id.as_str()).collect(),
+            amount_cents: claimed.iter().map(|s| s.amount_cents).collect(),
+            sequence: rows.iter().map(|d| d.sequence).collect(),
+            submission_ts: claimed.iter().map(|s| s.submission_timestamp.as_str()).collect(),
+            payload_digest: claimed.iter().map(|s| s.payload_digest.as_str()).collect(),
+            fingerprint: claimed.iter().map(|s| s.fingerprint.as_str()).collect(),
+            recorded_at: rows.iter().map(|d| d.recorded_at).collect(),
+            event_body: claimed
+                .iter()
+                .zip(rows)
+                .zip(&event_id)
+                .map(|((s, d), id)| event_json(*id, s, d))
+                .collect(),
+            event_id,
+        }
+    }
+
+    /// Runs `claim.sql`; returns the count flagged `payload_changed`, or
+    /// [`StoreError::LateRedelivery`] for claimed keys already in the ledger.
+    async fn execute(&self, tx: &mut Transaction<'_, Postgres>) -> Result<i64, StoreError> {
+        let (flagged, inserted): (i64, Vec<String>) = sqlx::query_as(CLAIM_EFFECTS_SQL)
+            .bind(self.at)
+            .bind(self.instance)
+            .bind(&self.decision)
+            .bind(&self.tier)
+            .bind(&self.key_prefix)
+            .bind(&self.audit_award_id)
+            .bind(&self.submitted_at)
+            .bind(&self.audit_key)
+            .bind(&self.changed_in_batch)
+            .bind(&self.id)
+            .bind(&self.key)
+            .bind(&self.award_id)
+            .bind(&self.amount_cents)
+            .bind(&self.sequence)
+            .bind(&self.submission_ts)
+            .bind(&self.payload_digest)
+            .bind(&self.fingerprint)
+            .bind(&self.recorded_at)
+            .bind(&self.event_id)
+            .bind(&self.event_body)
+            .fetch_one(&mut **tx)
+            .await?;
+        if inserted.len() < self.key.len() {
+            let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
+            let late = self.key.iter().filter(|k| !inserted.contains(**k));
+            return Err(StoreError::LateRedelivery(late.map(|k| k.to_string()).collect()));
+        }
+        Ok(flagged)
+    }
+}
