@@ -98,6 +98,15 @@ pub enum StoreError {
     /// late redelivery. The transaction was rolled back.
     #[error("late redelivery of {} purged claim(s)", .0.len())]
     LateRedelivery(Vec<String>),
+    /// The item would take its award's running total past the largest
+    /// amount a total can hold. The transaction was rolled back.
+    #[error("amount_cents would overflow the running total of award {0:?}")]
+    TotalOverflow(String),
+    /// A statement waited past `lock_timeout` or ran past
+    /// `statement_timeout`: certainly rolled back, but not retried at once
+    /// (the lock is likely still held).
+    #[error("store timed out: {0}")]
+    Timeout(String),
     /// Anything else.
     #[error("store error: {0}")]
     Other(String),
@@ -119,6 +128,9 @@ impl StoreError {
                 match code.as_str() {
                     // serialization_failure, deadlock_detected
                     "40001" | "40P01" => Self::Retryable(err.to_string()),
+                    // lock_not_available (lock_timeout), query_canceled
+                    // (statement_timeout), idle-in-transaction timeout
+                    "55P03" | "57014" | "25P03" => Self::Timeout(err.to_string()),
                     // SQLite: database is locked / busy
                     "5" | "6" | "517" | "261" => Self::Retryable(err.to_string()),
                     // connection exceptions, admin shutdown, crash shutdown,
@@ -148,6 +160,12 @@ impl From<StoreError> for GateError {
             StoreError::Unavailable(_) | StoreError::Retryable(_) => {
                 GateError::Unavailable("authoritative store unavailable; retry".into())
             }
+            StoreError::Timeout(_) => GateError::Unavailable(
+                "the store timed out waiting for a lock held by another transaction; retry".into(),
+            ),
+            StoreError::TotalOverflow(award) => GateError::InvalidArgument(format!(
+                "amount_cents would overflow the running total of award {award:?}; nothing was written"
+            )),
             StoreError::LateRedelivery(_) | StoreError::Other(_) => GateError::Internal,
         }
     }

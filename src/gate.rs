@@ -65,37 +65,38 @@ impl Gate {
     /// Decides one delivery.
     pub async fn submit(&self, raw: &pb::Submission) -> Result<Decided, GateError> {
         let submission = self.validate(raw)?;
-        let decided = self.decide(&submission).await;
+        let decided = self.decide(&submission).await.and_then(Answer::into_result);
         log_decision(&submission, &decided);
         decided
     }
 
     /// Decides many deliveries: per-item results in order. Repeated keys are
-    /// decided once; the first is `CLAIMED` (if fresh), the rest duplicates
-    /// of it (or key reuse, by fingerprint).
+    /// decided once; the first is `CLAIMED` (if fresh), each later one is
+    /// answered by the rule of [`StoredResult::matches`] against the first's
+    /// stored result — a duplicate, or a refused key reuse — and audited.
     pub async fn submit_batch(&self, raws: &[pb::Submission]) -> Vec<Result<Decided, GateError>> {
         let validated: Vec<Result<Submission, GateError>> = raws.iter().map(|r| self.validate(r)).collect();
-        let mut first: HashMap<String, usize> = HashMap::new();
+        let mut first: HashMap<&str, usize> = HashMap::new();
         let mut unique: Vec<&Submission> = Vec::new();
         for s in validated.iter().flatten() {
-            first.entry(s.key.clone()).or_insert_with(|| {
+            first.entry(s.key.as_str()).or_insert_with(|| {
                 unique.push(s);
                 unique.len() - 1
             });
         }
-        let decided = futures::future::join_all(unique.iter().map(|s| self.decide(s))).await;
-        let mut answered = vec![false; decided.len()];
+        let answers = futures::future::join_all(unique.iter().map(|s| self.decide(s))).await;
+        let mut answered = vec![false; answers.len()];
         validated
-            .into_iter()
+            .iter()
             .map(|v| {
-                let s = v?;
-                let idx = first[&s.key];
+                let s = v.as_ref().map_err(clone_error)?;
+                let idx = first[s.key.as_str()];
                 let result = if std::mem::replace(&mut answered[idx], true) {
-                    self.repeat_in_batch(&s, &decided[idx])
+                    self.repeat_in_batch(s, &answers[idx])
                 } else {
-                    clone_result(&decided[idx])
+                    clone_answer(&answers[idx]).and_then(Answer::into_result)
                 };
-                log_decision(&s, &result);
+                log_decision(s, &result);
                 result
             })
             .collect()
@@ -136,11 +137,11 @@ impl Gate {
         })
     }
 
-    async fn decide(&self, s: &Submission) -> Result<Decided, GateError> {
+    async fn decide(&self, s: &Submission) -> Result<Answer, GateError> {
         if let Some(r) = self.l1.get(&s.key).await {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
                 .increment(1);
-            return self.cached_duplicate(s, r, Tier::LocalCache);
+            return Ok(self.cached_answer(s, r, Tier::LocalCache));
         }
         metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "miss")
             .increment(1);
@@ -149,22 +150,26 @@ impl Gate {
                 Lease::Found(r) => {
                     let r = Arc::new(r);
                     self.l1.insert(r.clone()).await;
-                    return self.cached_duplicate(s, r, Tier::Redis);
+                    return Ok(self.cached_answer(s, r, Tier::Redis));
                 }
                 Lease::Held(token) => Some(token),
                 Lease::Foreign | Lease::Skipped => None,
             },
             None => None,
         };
-        let outcome = self.committer.claim(s.clone()).await;
-        let (claimed, result) = match outcome {
+        let (claimed, result) = match self.committer.claim(s.clone()).await {
             Ok(ClaimOutcome::Claimed(r)) => (true, Arc::new(r)),
             Ok(ClaimOutcome::Duplicate(r)) => (false, Arc::new(r)),
             Ok(ClaimOutcome::KeyReused(r)) => {
+                // Audited by the store. Still a committed result: worth
+                // caching for the real owner.
                 self.release(s, lease).await;
-                // Still a committed result: worth caching for the real owner.
-                self.fill(Arc::new(r)).await;
-                return Err(GateError::KeyReused);
+                let stored = Arc::new(r);
+                self.fill(stored.clone()).await;
+                return Ok(Answer::Refused {
+                    stored,
+                    tier: Tier::Database,
+                });
             }
             Err(e) => {
                 tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
@@ -173,11 +178,11 @@ impl Gate {
             }
         };
         self.fill(result.clone()).await;
-        Ok(Decided {
+        Ok(Answer::Decided(Decided {
             claimed,
             result,
             tier: Tier::Database,
-        })
+        }))
     }
 
     async fn fill(&self, result: Arc<StoredResult>) {
@@ -193,54 +198,40 @@ impl Gate {
         }
     }
 
-    /// A cache hit: a duplicate only if the fingerprint matches.
-    fn cached_duplicate(
-        &self,
-        s: &Submission,
-        r: Arc<StoredResult>,
-        tier: Tier,
-    ) -> Result<Decided, GateError> {
-        let (decision, result) = if r.matches(s) {
-            (
-                AuditDecision::Duplicate,
-                Ok(Decided {
-                    claimed: false,
-                    result: r,
-                    tier,
-                }),
-            )
+    /// A committed result found for `s` at `tier` without a transaction of
+    /// its own (a cache hit, or an earlier item of the same batch): a
+    /// duplicate if the fingerprint matches, else a refused key reuse.
+    /// Audited either way.
+    fn cached_answer(&self, s: &Submission, stored: Arc<StoredResult>, tier: Tier) -> Answer {
+        let answer = if stored.matches(s) {
+            Answer::Decided(Decided {
+                claimed: false,
+                result: stored,
+                tier,
+            })
         } else {
-            (AuditDecision::Rejected, Err(GateError::KeyReused))
+            Answer::Refused { stored, tier }
+        };
+        let decision = match answer {
+            Answer::Decided(_) => AuditDecision::Duplicate,
+            Answer::Refused { .. } => AuditDecision::Rejected,
         };
         self.audit_later(s, decision, tier);
-        result
+        answer
     }
 
+    /// A later item of a batch with the key of an earlier one.
     fn repeat_in_batch(
         &self,
         s: &Submission,
-        first: &Result<Decided, GateError>,
+        first: &Result<Answer, GateError>,
     ) -> Result<Decided, GateError> {
-        let first = match first {
-            Ok(d) => d,
-            Err(GateError::KeyReused) => return Err(GateError::KeyReused),
+        let (stored, tier) = match first {
+            Ok(Answer::Decided(d)) => (d.result.clone(), d.tier),
+            Ok(Answer::Refused { stored, tier }) => (stored.clone(), *tier),
             Err(e) => return Err(clone_error(e)),
         };
-        let r = first.result.clone();
-        let (decision, result) = if r.matches(s) {
-            (
-                AuditDecision::Duplicate,
-                Ok(Decided {
-                    claimed: false,
-                    result: r,
-                    tier: first.tier,
-                }),
-            )
-        } else {
-            (AuditDecision::Rejected, Err(GateError::KeyReused))
-        };
-        self.audit_later(s, decision, first.tier);
-        result
+        self.cached_answer(s, stored, tier).into_result()
     }
 
     fn audit_later(&self, s: &Submission, decision: AuditDecision, tier: Tier) {
@@ -258,9 +249,30 @@ impl Gate {
     }
 }
 
-fn clone_result(r: &Result<Decided, GateError>) -> Result<Decided, GateError> {
-    match r {
-        Ok(d) => Ok(d.clone()),
+/// How the tiers answered one submission.
+#[derive(Debug, Clone)]
+enum Answer {
+    Decided(Decided),
+    /// The key is committed for another submission: refused, with the
+    /// stored result (a later item of the batch may be its true duplicate).
+    Refused {
+        stored: Arc<StoredResult>,
+        tier: Tier,
+    },
+}
+
+impl Answer {
+    fn into_result(self) -> Result<Decided, GateError> {
+        match self {
+            Self::Decided(d) => Ok(d),
+            Self::Refused { .. } => Err(GateError::KeyReused),
+        }
+    }
+}
+
+fn clone_answer(a: &Result<Answer, GateError>) -> Result<Answer, GateError> {
+    match a {
+        Ok(a) => Ok(a.clone()),
         Err(e) => Err(clone_error(e)),
     }
 }

@@ -11,7 +11,7 @@
 //! (serialization failure, deadlock) is retried here, a few times.
 
 use crate::error::StoreError;
-use crate::store::{ClaimContext, ClaimOutcome, Store};
+use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Store};
 use crate::submission::Submission;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ impl Committer {
         let (tx, rx) = mpsc::channel(settings.max_batch * settings.workers.max(1) * 4);
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..settings.workers.max(1) {
-            workers.spawn(worker(rx.clone(), store.clone(), ctx.clone(), settings));
+            workers.spawn(supervise(rx.clone(), store.clone(), ctx.clone(), settings));
         }
         (
             Self {
@@ -91,12 +91,26 @@ impl Committer {
     }
 }
 
-async fn worker(
-    rx: Arc<Mutex<mpsc::Receiver<(Submission, Reply)>>>,
-    store: Arc<dyn Store>,
-    ctx: ClaimContext,
-    settings: GroupCommitSettings,
-) {
+type Queue = Arc<Mutex<mpsc::Receiver<(Submission, Reply)>>>;
+
+/// Runs a worker, and a new one whenever it dies (a bug must not silently
+/// take a worker away for the life of the process); counted and logged.
+/// The dead worker's callers get an error and retry; nothing was committed
+/// for them unless their transaction had committed.
+async fn supervise(rx: Queue, store: Arc<dyn Store>, ctx: ClaimContext, settings: GroupCommitSettings) {
+    loop {
+        let run = tokio::spawn(worker(rx.clone(), store.clone(), ctx.clone(), settings));
+        match run.await {
+            Ok(()) => return,
+            Err(e) => {
+                metrics::counter!("oncegate_group_commit_worker_restarts_total").increment(1);
+                tracing::error!(error = %e, "group commit worker died; starting a new one");
+            }
+        }
+    }
+}
+
+async fn worker(rx: Queue, store: Arc<dyn Store>, ctx: ClaimContext, settings: GroupCommitSettings) {
     loop {
         let Some(jobs) = next_batch(&rx, settings).await else {
             return;
@@ -143,12 +157,7 @@ async fn run_batch(store: &dyn Store, ctx: &ClaimContext, jobs: Vec<(Submission,
         Err(err) if items.len() > 1 && !matches!(err, StoreError::Unavailable(_)) => {
             tracing::warn!(error = %err, items = items.len(), "batch transaction failed; retrying items one by one");
             metrics::counter!("oncegate_group_commit_fallbacks_total").increment(1);
-            for (item, reply) in items.into_iter().zip(replies) {
-                let outcome = claim_batch(store, std::slice::from_ref(&item), ctx)
-                    .await
-                    .map(|mut o| o.remove(0));
-                let _ = reply.send(outcome);
-            }
+            run_one_by_one(store, ctx, items, replies).await;
         }
         Err(err) => {
             for reply in replies {
@@ -158,53 +167,52 @@ async fn run_batch(store: &dyn Store, ctx: &ClaimContext, jobs: Vec<(Submission,
     }
 }
 
+/// Each item in its own transaction, so one item (an overflowing total, an
+/// award whose row is locked) fails alone. Items of one award run in order,
+/// awards side by side: an award stuck behind a lock does not hold up the
+/// others.
+async fn run_one_by_one(store: &dyn Store, ctx: &ClaimContext, items: Vec<Submission>, replies: Vec<Reply>) {
+    let mut by_award: HashMap<String, Vec<(Submission, Reply)>> = HashMap::new();
+    for (item, reply) in items.into_iter().zip(replies) {
+        by_award
+            .entry(item.award_id.clone())
+            .or_default()
+            .push((item, reply));
+    }
+    let chains = by_award.into_values().map(|chain| async move {
+        for (item, reply) in chain {
+            let outcome = claim_batch(store, std::slice::from_ref(&item), ctx)
+                .await
+                .map(|mut o| o.remove(0));
+            let _ = reply.send(outcome);
+        }
+    });
+    futures::future::join_all(chains).await;
+}
+
 /// How many times a certainly-aborted transaction is retried.
 const MAX_RETRIES: u32 = 4;
 
-/// Claims a batch that may repeat keys: per-item outcomes exactly as if each
-/// item had run alone, in order. The first of repeated keys is decided by the
-/// store; the others are duplicates of it (or key reuse, by fingerprint).
+/// Claims a batch that may repeat keys in one transaction, retrying a
+/// transaction that certainly aborted and restoring purged claims of late
+/// redeliveries. Per-item outcomes exactly as if each item had run alone.
 pub async fn claim_batch(
     store: &dyn Store,
     items: &[Submission],
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut first_index: HashMap<&str, usize> = HashMap::with_capacity(items.len());
-    let mut unique: Vec<&Submission> = Vec::with_capacity(items.len());
-    let mut slot = Vec::with_capacity(items.len());
-    for item in items {
-        let idx = *first_index.entry(item.key.as_str()).or_insert_with(|| {
-            unique.push(item);
-            unique.len() - 1
-        });
-        slot.push(idx);
-    }
-    let decided = claim_unique_with_retry(store, &unique, ctx).await?;
-    let mut seen = vec![false; unique.len()];
-    Ok(items
-        .iter()
-        .zip(slot)
-        .map(|(item, idx)| {
-            if !seen[idx] {
-                seen[idx] = true;
-                return decided[idx].clone();
-            }
-            let stored = match &decided[idx] {
-                ClaimOutcome::Claimed(r) | ClaimOutcome::Duplicate(r) | ClaimOutcome::KeyReused(r) => r,
-            };
-            stored.clone().outcome_for(item)
-        })
-        .collect())
+    let batch = ClaimBatch::new(items);
+    claim_with_retry(store, &batch, ctx).await
 }
 
-async fn claim_unique_with_retry(
+async fn claim_with_retry(
     store: &dyn Store,
-    unique: &[&Submission],
+    batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let mut attempt = 0;
     loop {
-        match store.claim_unique(unique, ctx).await {
+        match store.claim_batch(batch, ctx).await {
             Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {
                 attempt += 1;
                 metrics::counter!("oncegate_db_transactions_total", "result" => "retry").increment(1);
@@ -229,5 +237,123 @@ async fn claim_unique_with_retry(
                 return Ok(outcomes);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::*;
+    use async_trait::async_trait;
+    use uuid::Uuid;
+
+    /// A store whose claim panics for award `PANIC` (a bug, injected) and
+    /// claims anything else; nothing else is used here.
+    struct PanickingStore;
+
+    #[async_trait]
+    impl Store for PanickingStore {
+        fn backend(&self) -> Backend {
+            Backend::Sqlite
+        }
+        async fn migrate(&self) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn ping(&self) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn claim_batch(
+            &self,
+            batch: &ClaimBatch<'_>,
+            _: &ClaimContext,
+        ) -> Result<Vec<ClaimOutcome>, StoreError> {
+            assert!(
+                batch.items().iter().all(|s| s.award_id != "PANIC"),
+                "injected bug"
+            );
+            Ok(batch
+                .items()
+                .iter()
+                .map(|s| {
+                    ClaimOutcome::Claimed(StoredResult {
+                        key: s.key.clone(),
+                        fingerprint: s.fingerprint.clone(),
+                        disbursement: Disbursement {
+                            id: Uuid::now_v7(),
+                            award_id: s.award_id.clone(),
+                            amount_cents: s.amount_cents,
+                            recorded_at: crate::time_fmt::now_micros(),
+                            sequence: 1,
+                        },
+                    })
+                })
+                .collect())
+        }
+        async fn restore_claims(&self, _: &[String]) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn lookup(&self, _: &str) -> Result<Option<StoredResult>, StoreError> {
+            unimplemented!()
+        }
+        async fn append_audit(&self, _: &[AuditEntry]) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn lease_outbox(&self, _: i64, _: Duration, _: &str) -> Result<Vec<OutboxEvent>, StoreError> {
+            unimplemented!()
+        }
+        async fn mark_published(&self, _: &[Uuid]) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn record_publish_failure(
+            &self,
+            _: Uuid,
+            _: &str,
+            _: i32,
+            _: Duration,
+        ) -> Result<bool, StoreError> {
+            unimplemented!()
+        }
+        async fn postpone_outbox(&self, _: &[Uuid], _: Duration) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+            unimplemented!()
+        }
+        async fn purge(&self, _: &RetentionPolicy) -> Result<PurgeReport, StoreError> {
+            unimplemented!()
+        }
+        async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError> {
+            unimplemented!()
+        }
+        async fn wait_for_outbox(&self, _: Duration) {}
+    }
+
+    fn item(award: &str) -> Submission {
+        let raw = crate::pb::Submission {
+            award_id: award.into(),
+            submission_timestamp: "2026-11-29T10:00:00Z".into(),
+            payload: vec![],
+            amount_cents: 1,
+            idempotency_key: None,
+        };
+        Submission::validate(&raw, Default::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_dies_is_replaced() {
+        let settings = GroupCommitSettings {
+            max_batch: 8,
+            max_wait: Duration::ZERO,
+            workers: 1,
+        };
+        let ctx = ClaimContext { instance: "t".into() };
+        let (committer, _workers) = Committer::start(Arc::new(PanickingStore), ctx, settings);
+        let died = committer.claim(item("PANIC")).await;
+        assert!(matches!(died, Err(StoreError::Other(_))), "{died:?}");
+        let after = committer.claim(item("AWD-1")).await;
+        assert!(
+            matches!(after, Ok(ClaimOutcome::Claimed(_))),
+            "the only worker was replaced: {after:?}"
+        );
     }
 }

@@ -91,6 +91,83 @@ pub enum ClaimOutcome {
     KeyReused(StoredResult),
 }
 
+impl ClaimOutcome {
+    /// The committed result behind the outcome.
+    pub fn stored(&self) -> &StoredResult {
+        match self {
+            Self::Claimed(r) | Self::Duplicate(r) | Self::KeyReused(r) => r,
+        }
+    }
+
+    /// The audit decision and deciding tier of this outcome in the store.
+    pub fn audit(&self) -> (AuditDecision, Option<Tier>) {
+        match self {
+            Self::Claimed(_) => (AuditDecision::Processed, None),
+            Self::Duplicate(_) => (AuditDecision::Duplicate, Some(Tier::Database)),
+            Self::KeyReused(_) => (AuditDecision::Rejected, Some(Tier::Database)),
+        }
+    }
+}
+
+/// A batch of submissions for one claim transaction. The first item with a
+/// key is decided by the store; a later item with the same key (two
+/// deliveries coalesced into one batch) is a repeat, decided by the rule of
+/// [`StoredResult::outcome_for`] against the first one's stored result.
+#[derive(Debug)]
+pub struct ClaimBatch<'a> {
+    items: &'a [Submission],
+    unique: Vec<&'a Submission>,
+    /// For each item, its key's index in `unique`.
+    slot: Vec<usize>,
+}
+
+impl<'a> ClaimBatch<'a> {
+    pub fn new(items: &'a [Submission]) -> Self {
+        let mut first: std::collections::HashMap<&str, usize> = Default::default();
+        let mut unique = Vec::with_capacity(items.len());
+        let slot = items
+            .iter()
+            .map(|item| {
+                *first.entry(item.key.as_str()).or_insert_with(|| {
+                    unique.push(item);
+                    unique.len() - 1
+                })
+            })
+            .collect();
+        Self { items, unique, slot }
+    }
+
+    /// Every item, in order.
+    pub fn items(&self) -> &'a [Submission] {
+        self.items
+    }
+
+    /// The first item of each key, in order: what the store decides.
+    pub fn unique(&self) -> &[&'a Submission] {
+        &self.unique
+    }
+
+    /// Whether item `i` repeats an earlier item's key.
+    pub fn is_repeat(&self, i: usize) -> bool {
+        !std::ptr::eq(self.unique[self.slot[i]], &self.items[i])
+    }
+
+    /// Every item's outcome, given the outcomes of [`ClaimBatch::unique`].
+    pub fn expand(&self, decided: &[ClaimOutcome]) -> Vec<ClaimOutcome> {
+        self.items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let first = &decided[self.slot[i]];
+                if !self.is_repeat(i) {
+                    return first.clone();
+                }
+                first.stored().clone().outcome_for(item)
+            })
+            .collect()
+    }
+}
+
 /// Who is claiming, for the audit rows written in the claim transaction.
 #[derive(Debug, Clone)]
 pub struct ClaimContext {
@@ -224,11 +301,12 @@ pub trait Store: Send + Sync + 'static {
     /// Cheap reachability check.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Claims distinct keys in one transaction. Returns one outcome per
-    /// item, in order. On `Err` nothing was written.
-    async fn claim_unique(
+    /// Claims a batch in one transaction: one outcome per item, in order,
+    /// exactly as if each item had run alone (see [`ClaimBatch`]), and one
+    /// audit row per item, repeats included. On `Err` nothing was written.
+    async fn claim_batch(
         &self,
-        items: &[&Submission],
+        batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError>;
 

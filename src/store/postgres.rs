@@ -99,13 +99,13 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn claim_unique(
+    async fn claim_batch(
         &self,
-        items: &[&Submission],
+        batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let outcomes = claim::claim_in_tx(&mut tx, items, ctx).await?;
+        let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
         Ok(outcomes)
     }

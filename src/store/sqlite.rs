@@ -130,29 +130,33 @@ async fn apply_claim(
     if payload_changed {
         metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(1);
     }
-    insert_audit_row(tx, now, "processed", None, s, ctx, payload_changed, None).await?;
+    insert_audit_row(tx, now, (AuditDecision::Processed, None), s, ctx, payload_changed).await?;
     Ok(Some(d))
 }
 
 /// Adds the item to its award's running total; returns its sequence number.
+/// A total that would overflow is left alone (SQLite would turn it into a
+/// REAL) and reported: the caller rolls back.
 async fn bump_balance(
     tx: &mut Transaction<'_, Sqlite>,
     s: &Submission,
     now: OffsetDateTime,
 ) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
+    let sequence: Option<i64> = sqlx::query_scalar(
         "INSERT INTO award_balances (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
          VALUES (?1, ?2, 1, 1, ?3) \
          ON CONFLICT (award_id) DO UPDATE SET total_cents = total_cents + excluded.total_cents, \
            disbursement_count = disbursement_count + 1, last_sequence = last_sequence + 1, \
            updated_at = excluded.updated_at \
+         WHERE total_cents <= 9223372036854775807 - excluded.total_cents \
          RETURNING last_sequence",
     )
     .bind(&s.award_id)
     .bind(s.amount_cents)
     .bind(to_micros(now))
-    .fetch_one(&mut **tx)
-    .await?)
+    .fetch_optional(&mut **tx)
+    .await?;
+    sequence.ok_or_else(|| StoreError::TotalOverflow(s.award_id.clone()))
 }
 
 /// Inserts the ledger row; false when the ledger already holds the key.
@@ -181,23 +185,22 @@ async fn insert_ledger_row(
     Ok(inserted == 1)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One audit row for a decision of this transaction.
 async fn insert_audit_row(
     tx: &mut Transaction<'_, Sqlite>,
     at: OffsetDateTime,
-    decision: &str,
-    tier: Option<Tier>,
+    (decision, tier): (AuditDecision, Option<Tier>),
     s: &Submission,
     ctx: &ClaimContext,
     payload_changed: bool,
-    detail: Option<&str>,
 ) -> Result<(), StoreError> {
+    let detail = (decision == AuditDecision::Rejected).then_some(KEY_REUSED);
     sqlx::query(
         "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .bind(to_micros(at))
-    .bind(decision)
+    .bind(decision.as_str())
     .bind(tier.map(Tier::as_str))
     .bind(key_prefix(&s.key))
     .bind(&s.award_id)
@@ -209,62 +212,75 @@ async fn insert_audit_row(
     Ok(())
 }
 
+const KEY_REUSED: &str = "idempotency key reused with a different submission";
+
+/// Claims `batch` inside `tx`: its unique keys one by one, then the audit
+/// rows of its repeats. Returns the outcomes and whether outbox rows were
+/// written.
 async fn claim_in_tx(
     tx: &mut Transaction<'_, Sqlite>,
-    items: &[&Submission],
+    batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
 ) -> Result<(Vec<ClaimOutcome>, bool), StoreError> {
     let now = crate::time_fmt::now_micros();
-    let mut outcomes = Vec::with_capacity(items.len());
+    let mut decided = Vec::with_capacity(batch.unique().len());
     let mut late = Vec::new();
-    let mut wrote_outbox = false;
-    for s in items {
-        let id = Uuid::now_v7();
-        let claimed = sqlx::query(
-            "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (idempotency_key) DO NOTHING",
-        )
-        .bind(&s.key)
-        .bind(&s.award_id)
-        .bind(&s.fingerprint)
-        .bind(id.to_string())
-        .bind(to_micros(now))
-        .execute(&mut **tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if claimed {
-            match apply_claim(tx, s, id, now, ctx).await? {
-                Some(d) => {
-                    wrote_outbox = true;
-                    outcomes.push(ClaimOutcome::Claimed(StoredResult {
-                        key: s.key.clone(),
-                        fingerprint: s.fingerprint.clone(),
-                        disbursement: d,
-                    }));
-                }
-                None => late.push(s.key.clone()),
-            }
-            continue;
+    for s in batch.unique() {
+        match claim_one(tx, s, now, ctx).await? {
+            Some(outcome) => decided.push(outcome),
+            None => late.push(s.key.clone()),
         }
-        let stored = load_stored(tx, &s.key)
-            .await?
-            .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key))))?;
-        let outcome = stored.outcome_for(s);
-        let (decision, detail) = match outcome {
-            ClaimOutcome::KeyReused(_) => (
-                "rejected",
-                Some("idempotency key reused with a different submission"),
-            ),
-            _ => ("duplicate", None),
-        };
-        insert_audit_row(tx, now, decision, Some(Tier::Database), s, ctx, false, detail).await?;
-        outcomes.push(outcome);
     }
     if !late.is_empty() {
         return Err(StoreError::LateRedelivery(late));
     }
+    let outcomes = batch.expand(&decided);
+    for (i, (s, outcome)) in batch.items().iter().zip(&outcomes).enumerate() {
+        if batch.is_repeat(i) {
+            insert_audit_row(tx, now, outcome.audit(), s, ctx, false).await?;
+        }
+    }
+    let wrote_outbox = decided.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_)));
     Ok((outcomes, wrote_outbox))
+}
+
+/// Claims one key: `None` when its claim was purged but its ledger row is
+/// there (a late redelivery).
+async fn claim_one(
+    tx: &mut Transaction<'_, Sqlite>,
+    s: &Submission,
+    now: OffsetDateTime,
+    ctx: &ClaimContext,
+) -> Result<Option<ClaimOutcome>, StoreError> {
+    let id = Uuid::now_v7();
+    let claimed = sqlx::query(
+        "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (idempotency_key) DO NOTHING",
+    )
+    .bind(&s.key)
+    .bind(&s.award_id)
+    .bind(&s.fingerprint)
+    .bind(id.to_string())
+    .bind(to_micros(now))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if claimed {
+        return Ok(apply_claim(tx, s, id, now, ctx).await?.map(|d| {
+            ClaimOutcome::Claimed(StoredResult {
+                key: s.key.clone(),
+                fingerprint: s.fingerprint.clone(),
+                disbursement: d,
+            })
+        }));
+    }
+    let stored = load_stored(tx, &s.key)
+        .await?
+        .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key))))?;
+    let outcome = stored.outcome_for(s);
+    insert_audit_row(tx, now, outcome.audit(), s, ctx, false).await?;
+    Ok(Some(outcome))
 }
 
 #[async_trait]
@@ -285,13 +301,13 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn claim_unique(
+    async fn claim_batch(
         &self,
-        items: &[&Submission],
+        batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let mut tx = self.begin().await?;
-        let (outcomes, wrote_outbox) = claim_in_tx(&mut tx, items, ctx).await?;
+        let (outcomes, wrote_outbox) = claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
         if wrote_outbox {
             self.outbox_written.notify_waiters();

@@ -12,7 +12,7 @@
 use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::shared::event_json;
-use crate::store::{ClaimContext, ClaimOutcome, Disbursement, StoredResult, Tier};
+use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Disbursement, StoredResult};
 use crate::submission::Submission;
 use sqlx::{Postgres, Row, Transaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,12 +21,14 @@ use uuid::Uuid;
 
 const CLAIM_EFFECTS_SQL: &str = include_str!("claim.sql");
 
-/// Claims `items` (distinct keys) inside `tx`; one outcome per item, in order.
+/// Claims `batch` inside `tx`; one outcome per item, in order, and one
+/// audit row per item.
 pub(super) async fn claim_in_tx(
     tx: &mut Transaction<'_, Postgres>,
-    items: &[&Submission],
+    batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let items = batch.unique();
     let now = crate::time_fmt::now_micros();
     let ids: Vec<Uuid> = items.iter().map(|_| Uuid::now_v7()).collect();
     let claimed_keys = insert_claims(tx, items, &ids, now).await?;
@@ -59,7 +61,8 @@ pub(super) async fn claim_in_tx(
                 .ok_or_else(|| StoreError::Other(format!("claim {} has no ledger row", key_prefix(&s.key)))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let columns = ClaimColumns::new(items, &outcomes, &claimed, &rows, ctx, now);
+    let outcomes = batch.expand(&outcomes);
+    let columns = ClaimColumns::new(batch.items(), &outcomes, &claimed, &rows, ctx, now);
     let flagged = columns.execute(tx).await?;
     if flagged > 0 {
         metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(flagged as u64);
@@ -101,7 +104,7 @@ async fn ledger_rows(
     id_of: &HashMap<&str, Uuid>,
     now: OffsetDateTime,
 ) -> Result<Vec<Disbursement>, StoreError> {
-    let totals = totals_by_award(claimed);
+    let totals = totals_by_award(claimed)?;
     let last = bump_balances(tx, &totals, now).await?;
     let counts: HashMap<&str, i64> = totals.iter().map(|t| (t.0, t.2)).collect();
     let seqs = assign_sequences(claimed, &last, &counts);
@@ -119,7 +122,8 @@ async fn ledger_rows(
 }
 
 /// Adds the claimed amounts to the running totals; returns each award's
-/// `last_sequence` after the increment.
+/// `last_sequence` after the increment. A total that would overflow is not
+/// updated (the guard), and its award is reported: the caller rolls back.
 async fn bump_balances(
     tx: &mut Transaction<'_, Postgres>,
     totals: &[(&str, i64, i64)],
@@ -136,6 +140,7 @@ async fn bump_balances(
            disbursement_count = b.disbursement_count + excluded.disbursement_count, \
            last_sequence = b.last_sequence + excluded.disbursement_count, \
            updated_at = excluded.updated_at \
+         WHERE b.total_cents <= 9223372036854775807 - excluded.total_cents \
          RETURNING award_id, last_sequence",
     )
     .bind(&awards)
@@ -144,10 +149,14 @@ async fn bump_balances(
     .bind(now)
     .fetch_all(&mut **tx)
     .await?;
-    Ok(rows
+    let last = rows
         .iter()
         .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
-        .collect::<Result<HashMap<_, _>, sqlx::Error>>()?)
+        .collect::<Result<HashMap<_, _>, sqlx::Error>>()?;
+    match awards.iter().find(|a| !last.contains_key(**a)) {
+        Some(award) => Err(StoreError::TotalOverflow(award.to_string())),
+        None => Ok(last),
+    }
 }
 
 /// Assigns per-award sequence numbers to claimed items, given each award's
@@ -173,15 +182,18 @@ fn assign_sequences(
 }
 
 /// Per award: (sum of amounts, number of items), in award order (a stable lock
-/// order across concurrent transactions avoids deadlocks).
-fn totals_by_award<'a>(claimed: &[&'a Submission]) -> Vec<(&'a str, i64, i64)> {
+/// order across concurrent transactions avoids deadlocks). Checked: a sum
+/// past `i64::MAX` is the award's overflow, never a wrapped total.
+fn totals_by_award<'a>(claimed: &[&'a Submission]) -> Result<Vec<(&'a str, i64, i64)>, StoreError> {
     let mut map: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
     for s in claimed {
         let e = map.entry(s.award_id.as_str()).or_default();
-        e.0 += s.amount_cents;
+        e.0 =
+            e.0.checked_add(s.amount_cents)
+                .ok_or_else(|| StoreError::TotalOverflow(s.award_id.clone()))?;
         e.1 += 1;
     }
-    map.into_iter().map(|(a, (sum, n))| (a, sum, n)).collect()
+    Ok(map.into_iter().map(|(a, (sum, n))| (a, sum, n)).collect())
 }
 
 /// Items claimed in this batch whose award id and timestamp already appear
@@ -226,7 +238,7 @@ struct ClaimColumns<'a> {
 
 impl<'a> ClaimColumns<'a> {
     fn new(
-        items: &[&'a Submission],
+        items: &'a [Submission],
         outcomes: &[ClaimOutcome],
         claimed: &[&'a Submission],
         rows: &[Disbursement],
@@ -236,10 +248,9 @@ impl<'a> ClaimColumns<'a> {
         let changed = changed_within_batch(claimed);
         let (decision, tier): (Vec<_>, Vec<_>) = outcomes
             .iter()
-            .map(|o| match o {
-                ClaimOutcome::Claimed(_) => ("processed", None),
-                ClaimOutcome::Duplicate(_) => ("duplicate", Some(Tier::Database.as_str())),
-                ClaimOutcome::KeyReused(_) => ("rejected", Some(Tier::Database.as_str())),
+            .map(|o| {
+                let (decision, tier) = o.audit();
+                (decision.as_str(), tier.map(|t| t.as_str()))
             })
             .unzip();
         let event_id: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
@@ -252,6 +263,7 @@ impl<'a> ClaimColumns<'a> {
             audit_award_id: items.iter().map(|s| s.award_id.as_str()).collect(),
             submitted_at: items.iter().map(|s| s.submission_timestamp.as_str()).collect(),
             audit_key: items.iter().map(|s| s.key.as_str()).collect(),
+            // Only a processed row is flagged; a repeat is a duplicate.
             changed_in_batch: items.iter().map(|s| changed.contains(&s.key)).collect(),
             id: rows.iter().map(|d| d.id).collect(),
             key: claimed.iter().map(|s| s.key.as_str()).collect(),

@@ -1,0 +1,176 @@
+//! Regulatory hardening: every decision audited, totals that cannot
+//! overflow, one rule for repeats inside a batch, strict validation, a stuck
+//! row lock that stalls only its award, and ledger times in sequence order.
+
+use crate::helpers::*;
+use oncegate::group_commit::claim_batch;
+use oncegate::pb::{self, Outcome};
+use oncegate::store::{ClaimContext, ClaimOutcome};
+use oncegate::submission::{Limits, Submission};
+use std::time::Duration;
+use tonic::Code;
+
+const TS: &str = "2026-11-29T10:00:00Z";
+
+on_both_stores!(
+    repeats_coalesced_in_one_transaction_each_get_an_audit_row,
+    a_genuine_duplicate_after_a_refused_reuse_in_one_batch_is_a_duplicate,
+    an_amount_that_would_overflow_the_total_is_refused_and_writes_nothing,
+    overflow_against_the_stored_total_is_refused_naming_the_award,
+);
+
+fn validated(raw: &pb::Submission) -> Submission {
+    Submission::validate(raw, Limits::default()).expect("valid submission")
+}
+
+fn ctx() -> ClaimContext {
+    ClaimContext {
+        instance: "it-hardening".into(),
+    }
+}
+
+fn keyed(award: &str, key: &str, amount: i64) -> pb::Submission {
+    let mut s = submission(award, TS, b"{}", amount);
+    s.idempotency_key = Some(key.into());
+    s
+}
+
+/// Per-item answers of a SubmitBatch, as `Claimed`/`Duplicate` or the code.
+fn answers(results: &[pb::Result]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r.result.as_ref().unwrap() {
+            pb::result::Result::Decision(d) => format!("{:?}", outcome(d)),
+            pb::result::Result::Error(e) => format!("{:?}", Code::from_i32(e.code)),
+        })
+        .collect()
+}
+
+/// Two deliveries of one key coalesced into one group-commit transaction,
+/// and a reuse of the key in the same transaction: one audit row each.
+async fn repeats_coalesced_in_one_transaction_each_get_an_audit_row(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let store = db.open().await;
+    let first = validated(&keyed("AWD-R", "intent-r", 100));
+    let reuse = validated(&keyed("AWD-R", "intent-r", 999));
+    let items = vec![first.clone(), first.clone(), reuse];
+    let outcomes = claim_batch(&*store, &items, &ctx()).await.unwrap();
+    assert!(matches!(outcomes[0], ClaimOutcome::Claimed(_)), "{outcomes:?}");
+    assert!(matches!(outcomes[1], ClaimOutcome::Duplicate(_)), "{outcomes:?}");
+    assert!(matches!(outcomes[2], ClaimOutcome::KeyReused(_)), "{outcomes:?}");
+    let n = db.counts().await;
+    assert_eq!(n.ledger(), (1, 1, 100, 1));
+    assert_eq!(
+        (n.audit_processed, n.audit_duplicate, n.audit_rejected),
+        (1, 1, 1),
+        "one audit row per decision"
+    );
+    let tiers = db
+        .scalar("SELECT count(*) FROM audit_log WHERE decision <> 'processed' AND tier = 'DATABASE'")
+        .await;
+    assert_eq!(tiers, 2, "repeats are decided by the database transaction");
+}
+
+/// Stored K/100; batch [K/200, K/100] is [refused, duplicate], and both
+/// decisions are audited.
+async fn a_genuine_duplicate_after_a_refused_reuse_in_one_batch_is_a_duplicate(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    c.submit(keyed("AWD-K", "intent-k", 100)).await.unwrap();
+    let batch = vec![keyed("AWD-K", "intent-k", 200), keyed("AWD-K", "intent-k", 100)];
+    for round in ["from the store", "from L1"] {
+        let results = c
+            .submit_batch(pb::SubmitBatchRequest {
+                submissions: batch.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .results;
+        assert_eq!(answers(&results), ["FailedPrecondition", "Duplicate"], "{round}");
+    }
+    let audited = eventually(Duration::from_secs(5), || async {
+        let n = db.counts().await;
+        n.audit_rejected == 2 && n.audit_duplicate == 2
+    })
+    .await;
+    let n = db.counts().await;
+    assert!(audited, "two refusals and two duplicates audited: {n:?}");
+    assert_eq!(n.ledger(), (1, 1, 100, 1));
+    app.shutdown().await;
+}
+
+/// Two fresh submissions of 5·10^18 cents for one award in one batch: the
+/// first is claimed, the second would overflow the running total.
+async fn an_amount_that_would_overflow_the_total_is_refused_and_writes_nothing(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    let big = 5_000_000_000_000_000_000;
+    let batch = vec![
+        submission("AWD-BIG", TS, b"one", big),
+        submission("AWD-BIG", TS, b"two", big),
+        submission("AWD-SMALL", TS, b"three", 7),
+    ];
+    let results = c
+        .submit_batch(pb::SubmitBatchRequest { submissions: batch })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let got = answers(&results);
+    assert_eq!(got.iter().filter(|a| *a == "Claimed").count(), 2, "{got:?}");
+    let refused: Vec<&pb::Error> = results
+        .iter()
+        .filter_map(|r| match r.result.as_ref().unwrap() {
+            pb::result::Result::Error(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{got:?}");
+    assert_eq!(refused[0].code, Code::InvalidArgument as i32);
+    assert!(
+        refused[0].message.contains("AWD-BIG"),
+        "names the award: {}",
+        refused[0].message
+    );
+    let n = db.counts().await;
+    assert_eq!(
+        n.ledger(),
+        (2, 2, big + 7, 2),
+        "nothing written for the refused item"
+    );
+    let total = db
+        .scalar("SELECT total_cents FROM award_balances WHERE award_id = 'AWD-BIG'")
+        .await;
+    assert_eq!(total, big, "the total is exact, never wrapped");
+    if kind == Kind::Sqlite {
+        let kind_of = db
+            .scalar("SELECT count(*) FROM award_balances WHERE typeof(total_cents) <> 'integer'")
+            .await;
+        assert_eq!(kind_of, 0, "no total became a REAL");
+    }
+    app.shutdown().await;
+}
+
+/// A single submission that would overflow the award's stored total.
+async fn overflow_against_the_stored_total_is_refused_naming_the_award(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    c.submit(submission("AWD-MAX", TS, b"a", i64::MAX - 10))
+        .await
+        .unwrap();
+    let err = c
+        .submit(submission("AWD-MAX", TS, b"b", 11))
+        .await
+        .expect_err("would overflow");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("AWD-MAX"), "{}", err.message());
+    let ok = c.submit(submission("AWD-MAX", TS, b"c", 10)).await.unwrap();
+    assert_eq!(outcome(ok.get_ref()), Outcome::Claimed, "up to the limit is fine");
+    let n = db.counts().await;
+    assert_eq!(n.ledger(), (2, 2, i64::MAX, 2));
+    app.shutdown().await;
+}
