@@ -22,6 +22,7 @@ mod chaos;
 mod helpers;
 mod hostile;
 mod keys;
+mod privilege;
 mod relay;
 mod retention;
 mod security;
