@@ -179,6 +179,9 @@ def test_values_schema_is_closed():
         ({"sqlite": {"path": "oncegate.db"}}, "/sqlite/path"),
         ({"gate": {"bindAddress": "localhost"}}, "/gate/bindAddress"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
+        ({"migration": {"database": {"existingSecrett": "pg"}}}, "existingSecrett"),
+        ({"migration": {"database": {"insecureDemoUrl": "mysql://x"}}}, "/migration/database/insecureDemoUrl"),
+        ({"migration": {"appRole": "app; DROP TABLE audit_log"}}, "/migration/appRole"),
     ],
 )
 def test_schema_rejects_bad_values(override, complaint):
@@ -198,6 +201,49 @@ def test_schema_rejects_bad_values(override, complaint):
             "not both",
         ),
         ({"redis": {"existingSecret": "r", "insecureDemoUrl": "redis://h"}}, "not both"),
+        # one credential for both, as before the split: the Job needs the owner's
+        ({"database": {"existingSecret": "pg"}}, "set migration.database.existingSecret"),
+        ({"database": {"insecureDemoUrl": "postgres://u:p@h/d"}}, "set migration.database.existingSecret"),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg"}}},
+            "same Secret key (pg/url)",
+        ),
+        (
+            {"database": {"existingSecret": "pg", "existingSecretKey": "k"},
+             "migration": {"database": {"existingSecret": "pg", "existingSecretKey": "k"}}},
+            "same Secret key (pg/k)",
+        ),
+        (
+            {"database": {"insecureDemoUrl": "postgres://u:p@h/d"},
+             "migration": {"database": {"insecureDemoUrl": "postgres://u:p@h/d"}}},
+            "same URL",
+        ),
+        (
+            {"database": {"existingSecret": "pg"},
+             "migration": {"database": {"existingSecret": "pg-owner", "insecureDemoUrl": "postgres://o:p@h/d"}}},
+            "not both",
+        ),
+        ({"migration": {"database": {"existingSecret": "pg-owner"}}}, "no Postgres is configured"),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "extraEnv": [{"name": "ONCEGATE_REQUIRE_LEAST_PRIVILEGE", "value": "false"}]},
+            "extraEnv must not set ONCEGATE_REQUIRE_LEAST_PRIVILEGE",
+        ),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "extraEnv": [{"name": "DATABASE_URL", "value": "postgres://h/d"}]},
+            "extraEnv must not set DATABASE_URL",
+        ),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "extraEnv": [{"name": "ONCEGATE_MIGRATE_ON_START", "value": "true"}]},
+            "extraEnv must not set ONCEGATE_MIGRATE_ON_START",
+        ),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "extraEnv": [{"name": "OWNER", "valueFrom": {"secretKeyRef": {"name": "pg-owner", "key": "url"}}}]},
+            "extraEnv OWNER references the schema owner's credential",
+        ),
     ],
 )
 def test_template_guards_fail_with_a_message_naming_the_value(override, complaint):
@@ -370,7 +416,8 @@ def test_production_render_has_no_secret_in_plain_text():
                 if "secretKeyRef" in e.get("valueFrom", {}):
                     refs.setdefault(name, set()).add(
                         (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"]))
-    assert refs["DATABASE_URL"] == {("oncegate-postgres", "database-url")}
+    assert refs["DATABASE_URL"] == {("oncegate-postgres", "database-url"),
+                                    ("oncegate-postgres-owner", "database-url")}
     assert refs["REDIS_URL"] == {("oncegate-redis", "redis-url")}
     assert refs["ONCEGATE_RELAY_SINK"] == {("oncegate-relay", "sink-url")}
 
@@ -381,15 +428,23 @@ def test_the_plaintext_check_catches_demo_urls():
     docs = render("demo")
     findings = secret_findings(docs)
     assert any("Secret" in f for f in findings)
-    secret = one(docs, "Secret")
-    assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
-    assert "demo-password" in secret["stringData"]["database-url"]
+    secrets = {s["metadata"]["name"]: s for s in of_kind(docs, "Secret")}
+    app_secret, owner_secret = secrets[f"{RELEASE}-oncegate-demo-urls"], secrets[f"{RELEASE}-oncegate-demo-owner-url"]
+    assert len(secrets) == 2
+    for secret in secrets.values():
+        assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert "demo-password" in app_secret["stringData"]["database-url"]
+    assert "demo-owner-password" in owner_secret["stringData"]["database-url"]
+    assert "demo-owner-password" not in json.dumps(app_secret), "the owner's URL has a Secret of its own"
     for d in docs:
         if d["kind"] != "Secret":
             assert "demo-password" not in json.dumps(d), d["kind"]
+            assert "demo-owner-password" not in json.dumps(d), d["kind"]
     _, sidecar = deployment_sidecar(docs)
     ref = env_of(sidecar)["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": secret["metadata"]["name"], "key": "database-url"}
+    assert ref == {"name": app_secret["metadata"]["name"], "key": "database-url"}
+    job_ref = env_of(pod_spec(one(docs, "Job"))["containers"][0])["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert job_ref == {"name": owner_secret["metadata"]["name"], "key": "database-url"}
     assert "demo" in notes("demo").lower() and "plain text" in notes("demo")
 
 
@@ -516,7 +571,10 @@ def test_migration_job_is_a_pre_install_pre_upgrade_hook(values_name):
     assert migrate["args"] == ["migrate"]
     _, sidecar = deployment_sidecar(docs)
     assert migrate["image"] == sidecar["image"]
-    assert env_of(migrate)["DATABASE_URL"] == env_of(sidecar)["DATABASE_URL"]
+    owner, app = owner_credential(load_values(values_name)), app_credential(load_values(values_name))
+    assert secret_key_ref(env_of(migrate)["DATABASE_URL"]) == owner, "the Job migrates as the owner"
+    assert secret_key_ref(env_of(sidecar)["DATABASE_URL"]) == app, "the sidecar runs as the application role"
+    assert owner != app
     assert env_of(sidecar)["ONCEGATE_MIGRATE_ON_START"]["value"] == "false"
     mounted_volume(spec, migrate, "/tmp/x")
 
@@ -600,6 +658,171 @@ def test_notes_tell_the_operator_how_to_check(values_name):
 
 
 # --------------------------------------------------------------------------
+# two database credentials: the schema owner's (migration.database) for the
+# migration Job only, the application role's (database) for the sidecar only
+
+POSTGRES_VALUES = [n for n in VALUES_FILES if n not in {"minimal", "sqlite"}]
+TWO_CREDENTIALS = {
+    "database": {"existingSecret": "ledger-app", "existingSecretKey": "dsn"},
+    "migration": {"database": {"existingSecret": "ledger-owner", "existingSecretKey": "dsn"},
+                  "appRole": "ledger_app"},
+}
+
+
+def secret_key_ref(env_var: dict[str, Any]) -> tuple[str, str]:
+    ref = env_var["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+def demo_secret(suffix: str) -> str:
+    return f"{RELEASE}-oncegate-{suffix}"
+
+
+def owner_credential(values: dict[str, Any]) -> tuple[str, str] | None:
+    """(Secret, key) of the schema owner's URL that these values configure."""
+    db = (values.get("migration") or {}).get("database") or {}
+    if db.get("existingSecret"):
+        return db["existingSecret"], db.get("existingSecretKey", "url")
+    if db.get("insecureDemoUrl"):
+        return demo_secret("demo-owner-url"), "database-url"
+    return None
+
+
+def app_credential(values: dict[str, Any]) -> tuple[str, str] | None:
+    db = values.get("database") or {}
+    if db.get("existingSecret"):
+        return db["existingSecret"], db.get("existingSecretKey", "url")
+    if db.get("insecureDemoUrl"):
+        return demo_secret("demo-urls"), "database-url"
+    return None
+
+
+def secret_references(spec: dict[str, Any]) -> Iterator[tuple[str, str, str | None]]:
+    """(where, Secret, key or None for the whole Secret) of every Secret a pod spec can read."""
+    for c in all_containers(spec):
+        for e in c.get("env", []):
+            ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                yield f"{c['name']} env {e['name']}", ref["name"], ref["key"]
+        for src in c.get("envFrom", []):
+            if "secretRef" in src:
+                yield f"{c['name']} envFrom", src["secretRef"]["name"], None
+    for v in spec.get("volumes", []):
+        if "secret" in v:
+            yield f"volume {v['name']}", v["secret"]["secretName"], None
+        for src in (v.get("projected") or {}).get("sources", []):
+            if "secret" in src:
+                yield f"volume {v['name']}", src["secret"]["name"], None
+
+
+def owner_leaks(docs: list[dict[str, Any]], owner: tuple[str, str]) -> list[str]:
+    """Every place outside the migration Job that could read the owner's URL."""
+    leaks = []
+    for where, spec in pod_specs(docs):
+        if where.startswith("Job/"):
+            continue
+        for what, name, key in secret_references(spec):
+            if name == owner[0] and key in {None, owner[1]}:
+                leaks.append(f"{where} {what}: {name}/{key or '*'}")
+    return leaks
+
+
+INLINE_TWO_CREDENTIALS = {
+    "inline": TWO_CREDENTIALS,
+    "inline-native": {**TWO_CREDENTIALS, "nativeSidecar": True},
+    "inline-tls": {**TWO_CREDENTIALS, "gate": {"bindAddress": "0.0.0.0"},
+                   "tls": {"enabled": True, "secretName": "t"}},
+}
+TWO_CREDENTIAL_CASES = POSTGRES_VALUES + list(INLINE_TWO_CREDENTIALS)
+
+
+def two_credential_render(label: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(manifests, values) of a values file with Postgres, or of an inline case."""
+    if label in INLINE_TWO_CREDENTIALS:
+        values = INLINE_TWO_CREDENTIALS[label]
+        return parse_manifests(render_raw(values)), values
+    return render(label), load_values(label)
+
+
+def test_every_postgres_values_file_keeps_two_credentials():
+    assert {"production", "tls", "observability", "demo"} <= set(POSTGRES_VALUES)
+    for name in POSTGRES_VALUES:
+        values = load_values(name)
+        owner, app = owner_credential(values), app_credential(values)
+        assert app, name
+        if (values.get("migration") or {}).get("enabled", True):
+            assert owner and owner != app, name
+
+
+@pytest.mark.parametrize("label", TWO_CREDENTIAL_CASES)
+def test_the_owner_credential_reaches_only_the_migration_job(label):
+    docs, values = two_credential_render(label)
+    owner, app = owner_credential(values), app_credential(values)
+    spec, sidecar = deployment_sidecar(docs)
+    assert secret_key_ref(env_of(sidecar)["DATABASE_URL"]) == app
+    if owner is None:
+        assert of_kind(docs, "Job") == [], "no Job without the owner's credential"
+        return
+    assert owner_leaks(docs, owner) == []
+    if owner[0] != app[0]:
+        for where, other in pod_specs(docs):
+            if not where.startswith("Job/"):
+                assert owner[0] not in json.dumps(other), f"{where} names the owner's Secret"
+    job = pod_spec(one(docs, "Job"))
+    (migrate,) = job["containers"]
+    env = env_of(migrate)
+    assert secret_key_ref(env["DATABASE_URL"]) == owner
+    refs = {(name, key) for _, name, key in secret_references(job)}
+    assert refs == {owner}, "the Job reads the owner's URL and nothing else (never the app role's)"
+    assert app not in refs
+    want_role = (values.get("migration") or {}).get("appRole", "oncegate_app")
+    assert env["ONCEGATE_APP_ROLE"] == {"name": "ONCEGATE_APP_ROLE", "value": want_role}
+    assert "ONCEGATE_REQUIRE_LEAST_PRIVILEGE" not in env, "the owner is privileged by design"
+
+
+@pytest.mark.parametrize("label", TWO_CREDENTIAL_CASES)
+def test_with_postgres_the_sidecar_requires_least_privilege_and_never_migrates(label):
+    docs, _ = two_credential_render(label)
+    _, sidecar = deployment_sidecar(docs)
+    env = env_of(sidecar)
+    assert env["ONCEGATE_REQUIRE_LEAST_PRIVILEGE"] == {"name": "ONCEGATE_REQUIRE_LEAST_PRIVILEGE", "value": "true"}
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "false"
+    assert "ONCEGATE_APP_ROLE" not in env
+
+
+@pytest.mark.parametrize("values_name", ["minimal", "sqlite"])
+def test_sqlite_sidecar_migrates_its_own_file_and_has_no_privilege_check(values_name):
+    env = env_of(deployment_sidecar(render(values_name))[1])
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "true"
+    assert "ONCEGATE_REQUIRE_LEAST_PRIVILEGE" not in env
+
+
+def test_external_migrations_render_no_job_and_no_owner_credential():
+    docs = render("external-migrations")
+    assert of_kind(docs, "Job") == []
+    env = env_of(deployment_sidecar(docs)[1])
+    assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "false", "the app role cannot migrate"
+    assert env["ONCEGATE_REQUIRE_LEAST_PRIVILEGE"]["value"] == "true"
+    text = notes("external-migrations")
+    assert "oncegate migrate" in text and "schema owner" in text
+
+
+def test_app_role_empty_means_no_grants_by_the_job():
+    values = {**TWO_CREDENTIALS, "migration": {**TWO_CREDENTIALS["migration"], "appRole": ""}}
+    job = one(parse_manifests(render_raw(values)), "Job")
+    assert "ONCEGATE_APP_ROLE" not in env_of(pod_spec(job)["containers"][0])
+
+
+def test_owner_leak_check_is_not_vacuous():
+    """The check above would notice the owner's URL in any container of a
+    non-Job pod: here the consumer's own env asks for it."""
+    values = {**TWO_CREDENTIALS,
+              "example": {"app": {"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "ledger-owner", "key": "dsn"}}}]}}}
+    docs = parse_manifests(render_raw(values))
+    assert owner_leaks(docs, ("ledger-owner", "dsn")) == [f"Deployment/{RELEASE}-oncegate consumer env X: ledger-owner/dsn"]
+
+
+# --------------------------------------------------------------------------
 # the two-line include from another chart, exactly as README.md documents it
 
 README = CHART / "README.md"
@@ -637,6 +860,13 @@ def test_sidecar_include_from_a_parent_chart(tmp_path):
     # the parent's `oncegate:` values reach the sidecar
     assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "grants-postgres"
     assert env["ONCEGATE_MIGRATE_ON_START"]["value"] == "false"
+    assert env["ONCEGATE_REQUIRE_LEAST_PRIVILEGE"]["value"] == "true"
+    # the owner's Secret reaches the subchart's Job and nothing else
+    owner = ("grants-postgres-owner", "url")
+    assert owner_leaks(docs, owner) == []
+    job_env = env_of(pod_spec(one(docs, "Job"))["containers"][0])
+    assert secret_key_ref(job_env["DATABASE_URL"]) == owner
+    assert job_env["ONCEGATE_APP_ROLE"]["value"] == "oncegate_app"
     # the image follows oncegate's appVersion, not the parent's
     assert sidecar["image"] == f"ghcr.io/oncegate/oncegate:{chart().metadata['appVersion']}"
     for m in sidecar["volumeMounts"]:

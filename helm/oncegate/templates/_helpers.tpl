@@ -98,18 +98,28 @@ sidecar lives in another chart's pods), else the example Deployment's pods.
 {{- if or .Values.database.existingSecret .Values.database.insecureDemoUrl -}}true{{- end -}}
 {{- end }}
 
-{{/* "true" when the sidecar must not migrate on start: a migration Job does it. */}}
+{{/* "true" when this chart renders the migration Job (Postgres and migration.enabled). */}}
 {{- define "oncegate.migrationJobEnabled" -}}
 {{- if and .Values.migration.enabled (include "oncegate.databaseEnabled" .) -}}true{{- end -}}
 {{- end }}
 
-{{/* "true" when this chart renders the demo Secret (plain URLs chosen on purpose). */}}
+{{/* "true" when the schema owner's credential (migration.database) is configured. */}}
+{{- define "oncegate.migrationDatabaseSet" -}}
+{{- if or .Values.migration.database.existingSecret .Values.migration.database.insecureDemoUrl -}}true{{- end -}}
+{{- end }}
+
+{{/* "true" when this chart renders a demo Secret (plain URLs chosen on purpose). */}}
 {{- define "oncegate.demoSecretEnabled" -}}
-{{- if or .Values.database.insecureDemoUrl .Values.redis.insecureDemoUrl -}}true{{- end -}}
+{{- if or .Values.database.insecureDemoUrl .Values.redis.insecureDemoUrl .Values.migration.database.insecureDemoUrl -}}true{{- end -}}
 {{- end }}
 
 {{- define "oncegate.demoSecretName" -}}
 {{- include "oncegate.suffixedName" (list . "demo-urls") -}}
+{{- end }}
+
+{{/* The demo Secret of the schema owner's URL (migration.database.insecureDemoUrl), for the Job only. */}}
+{{- define "oncegate.demoOwnerSecretName" -}}
+{{- include "oncegate.suffixedName" (list . "demo-owner-url") -}}
 {{- end }}
 
 {{/* valueFrom for DATABASE_URL: the existing Secret, else the demo Secret. */}}
@@ -121,6 +131,22 @@ valueFrom:
     key: {{ .Values.database.existingSecretKey }}
     {{- else }}
     name: {{ include "oncegate.demoSecretName" . }}
+    key: database-url
+    {{- end }}
+{{- end }}
+
+{{/*
+valueFrom for the migration Job's DATABASE_URL: the schema owner's
+credential (migration.database), never the application role's.
+*/}}
+{{- define "oncegate.migrationDatabaseUrlFrom" -}}
+valueFrom:
+  secretKeyRef:
+    {{- if .Values.migration.database.existingSecret }}
+    name: {{ .Values.migration.database.existingSecret }}
+    key: {{ .Values.migration.database.existingSecretKey }}
+    {{- else }}
+    name: {{ include "oncegate.demoOwnerSecretName" . }}
     key: database-url
     {{- end }}
 {{- end }}
@@ -194,6 +220,30 @@ on success; the sidecar template calls it, so a parent chart gets it too.
 {{- $v := .Values -}}
 {{- if and $v.database.existingSecret $v.database.insecureDemoUrl -}}
 {{- fail "oncegate: set either database.existingSecret or database.insecureDemoUrl, not both" -}}
+{{- end -}}
+{{- if and $v.migration.database.existingSecret $v.migration.database.insecureDemoUrl -}}
+{{- fail "oncegate: set either migration.database.existingSecret or migration.database.insecureDemoUrl, not both" -}}
+{{- end -}}
+{{- if and (include "oncegate.migrationJobEnabled" .) (not (include "oncegate.migrationDatabaseSet" .)) -}}
+{{- fail "oncegate: the migration Job runs as the schema owner: set migration.database.existingSecret (a Secret with the owner's postgres:// URL). database.existingSecret is the application role's URL, given to the sidecar only and never to the Job. Or set migration.enabled=false and run `oncegate migrate` as the owner yourself" -}}
+{{- end -}}
+{{- if and (include "oncegate.migrationDatabaseSet" .) (not (include "oncegate.databaseEnabled" .)) -}}
+{{- fail "oncegate: migration.database is the schema owner's credential for migrating Postgres, but no Postgres is configured: set database.existingSecret (the application role's URL) too, or unset migration.database" -}}
+{{- end -}}
+{{- if and $v.database.existingSecret (eq $v.database.existingSecret $v.migration.database.existingSecret) (eq $v.database.existingSecretKey $v.migration.database.existingSecretKey) -}}
+{{- fail (printf "oncegate: database and migration.database point at the same Secret key (%s/%s): the sidecar must not get the schema owner's credential; store the application role's URL under another key or Secret" $v.database.existingSecret $v.database.existingSecretKey) -}}
+{{- end -}}
+{{- if and $v.database.insecureDemoUrl (eq $v.database.insecureDemoUrl $v.migration.database.insecureDemoUrl) -}}
+{{- fail "oncegate: database.insecureDemoUrl and migration.database.insecureDemoUrl are the same URL: the sidecar must not get the schema owner's credential" -}}
+{{- end -}}
+{{- range $v.extraEnv -}}
+{{- if has .name (list "DATABASE_URL" "ONCEGATE_REQUIRE_LEAST_PRIVILEGE" "ONCEGATE_MIGRATE_ON_START") -}}
+{{- fail (printf "oncegate: extraEnv must not set %s; the chart sets it (database.*, migration.*)" .name) -}}
+{{- end -}}
+{{- $ref := dig "valueFrom" "secretKeyRef" "name" "" . -}}
+{{- if and $ref (eq $ref $v.migration.database.existingSecret) (eq (dig "valueFrom" "secretKeyRef" "key" "" .) $v.migration.database.existingSecretKey) -}}
+{{- fail (printf "oncegate: extraEnv %s references the schema owner's credential (migration.database.existingSecret %s); only the migration Job gets it" .name $ref) -}}
+{{- end -}}
 {{- end -}}
 {{- if and $v.redis.existingSecret $v.redis.insecureDemoUrl -}}
 {{- fail "oncegate: set either redis.existingSecret or redis.insecureDemoUrl, not both" -}}

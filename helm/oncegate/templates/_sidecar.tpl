@@ -34,8 +34,10 @@ stopped after the consumer).
       value: {{ include "oncegate.hostPort" (list $v.health.bindAddress $v.health.port) | quote }}
     - name: ONCEGATE_METRICS_LISTEN
       value: {{ include "oncegate.hostPort" (list $v.metrics.bindAddress $v.metrics.port) | quote }}
+    {{- /* Postgres: the schema owner migrates (the Job, or you); the sidecar's role
+    cannot, and must not be able to. SQLite: each pod migrates its own file. */}}
     - name: ONCEGATE_MIGRATE_ON_START
-      value: {{ ternary "false" "true" (eq (include "oncegate.migrationJobEnabled" .) "true") | quote }}
+      value: {{ ternary "false" "true" (eq (include "oncegate.databaseEnabled" .) "true") | quote }}
     - name: ONCEGATE_SHUTDOWN_GRACE
       value: {{ printf "%vs" $v.shutdownGraceSeconds | quote }}
     - name: ONCEGATE_LOG_FORMAT
@@ -51,6 +53,9 @@ stopped after the consumer).
     {{- if include "oncegate.databaseEnabled" . }}
     - name: DATABASE_URL
       {{- include "oncegate.databaseUrlFrom" . | nindent 6 }}
+    # exit 64 at start when the role is privileged (owner, superuser, UPDATE/DELETE on the trail)
+    - name: ONCEGATE_REQUIRE_LEAST_PRIVILEGE
+      value: "true"
     - name: ONCEGATE_DB_POOL_SIZE
       value: {{ $v.database.poolSize | quote }}
     {{- else }}
