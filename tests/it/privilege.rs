@@ -136,7 +136,7 @@ impl Roles {
             .unwrap();
         self.databases.push(name.clone());
         let owner_url = url_for(&owner, &name);
-        oncegate::store::open(&owner_url, 2)
+        open_store(&owner_url, 2)
             .await
             .unwrap()
             .migrate()
@@ -160,7 +160,7 @@ fn audit_row(award: &str, at: OffsetDateTime) -> AuditEntry {
     AuditEntry {
         at,
         decision: AuditDecision::Duplicate,
-        tier: Some("LOCAL_CACHE"),
+        tier: Some(oncegate::store::Tier::LocalCache),
         key_prefix: "0123456789ab".into(),
         award_id: award.into(),
         instance: Arc::from("it"),
@@ -264,7 +264,7 @@ async fn the_granted_app_role_runs_the_claim_path_but_cannot_change_the_trail() 
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = "log".into();
+    args.relay.relay_sink = oncegate::relay::SinkSpec::Log;
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     for i in 0..2 {
@@ -308,7 +308,7 @@ async fn the_granted_app_role_runs_the_claim_path_but_cannot_change_the_trail() 
         .await,
         "the relay marks events published as the role"
     );
-    let report = oncegate::store::open(&role_url, 1)
+    let report = open_store(&role_url, 1)
         .await
         .unwrap()
         .purge(&policy(30))
@@ -365,7 +365,7 @@ async fn direct_grants_and_the_purge_flag_do_not_open_the_trail() {
     }
     let role_url = url_for(&role, &name);
 
-    let store = oncegate::store::open(&role_url, 2).await.unwrap();
+    let store = open_store(&role_url, 2).await.unwrap();
     store
         .append_audit(&[
             audit_row("RECENT", OffsetDateTime::now_utc()),
@@ -481,7 +481,7 @@ async fn the_purge_removes_only_rows_older_than_the_floor_as_the_app_role() {
         .await
             > 60
     );
-    let store = oncegate::store::open(&role_url, 2).await.unwrap();
+    let store = open_store(&role_url, 2).await.unwrap();
     store
         .append_audit(&[
             audit_row("Y4", days_ago(4 * 365)),
