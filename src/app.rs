@@ -7,7 +7,7 @@
 
 use crate::audit::{AuditFlusher, AuditQueue, AuditSettings};
 use crate::cache::{CacheSettings, LocalCache};
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 use crate::gate::Gate;
 use crate::group_commit::{Committer, GroupCommitSettings};
 use crate::pb;
@@ -37,6 +37,8 @@ pub struct AppConfig {
     pub instance: Arc<str>,
     pub store: StoreSettings,
     pub migrate_on_start: bool,
+    /// Refuse to start when the database role is privileged.
+    pub require_least_privilege: bool,
     /// How long start-up waits for the store to become reachable.
     pub startup_timeout: Duration,
     pub listen: SocketAddr,
@@ -116,6 +118,35 @@ async fn prepare_store(store: &dyn Store, migrate: bool, timeout: Duration) -> a
     }
 }
 
+/// Says at start whether the database role is privileged (log line and
+/// `oncegate_db_role_privileged`); with `require`, a privileged role is a
+/// configuration error (exit 64).
+async fn check_privileges(store: &dyn Store, require: bool) -> anyhow::Result<()> {
+    let Some(excess) = store
+        .privilege_excess()
+        .await
+        .context("checking the database role's privileges")?
+    else {
+        tracing::info!("the embedded store has no database roles; least privilege does not apply");
+        return Ok(());
+    };
+    metrics::gauge!("oncegate_db_role_privileged").set(if excess.is_empty() { 0.0 } else { 1.0 });
+    if excess.is_empty() {
+        tracing::info!("database role has least privilege");
+        return Ok(());
+    }
+    let excess = excess.join(", ");
+    if require {
+        return Err(ConfigError(format!(
+            "ONCEGATE_REQUIRE_LEAST_PRIVILEGE is set but the database role is privileged ({excess}); \
+             connect as the application role (see migrations/GRANTS.md)"
+        ))
+        .into());
+    }
+    tracing::warn!(privileges = %excess, "database role is privileged: it could change the ledger or the audit trail");
+    Ok(())
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -149,6 +180,8 @@ impl App {
         let tls = config.tls.as_ref().map(load_tls).transpose()?;
         let store = store::open(&config.store).await.context("opening the store")?;
         prepare_store(&*store, config.migrate_on_start, config.startup_timeout).await?;
+        check_privileges(&*store, config.require_least_privilege).await?;
+        crate::retention::check_floor(&*store, &config.retention).await?;
         let redis = match &config.redis {
             Some(settings) => Some(Arc::new(
                 RedisTier::connect(settings.clone(), config.instance.clone())

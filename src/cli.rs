@@ -41,8 +41,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the sidecar: gRPC, metrics, outbox relay, retention purge.
     Serve(Box<ServeArgs>),
-    /// Apply the database migrations and exit.
-    Migrate(StoreArgs),
+    /// Apply the database migrations (as the schema owner) and exit.
+    Migrate(MigrateArgs),
     /// Print the idempotency key of a submission (parity check with other languages).
     Key(KeyArgs),
     /// Send one submission to a running sidecar and print the decision.
@@ -55,6 +55,16 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run the outbox relay alone (no gRPC).
     Relay(RelayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// After migrating, grant this existing Postgres role exactly the
+    /// application role's privileges (migrations/GRANTS.md).
+    #[arg(long, env = "ONCEGATE_APP_ROLE")]
+    pub app_role: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -98,7 +108,10 @@ pub enum Job {
         /// The effective configuration, secrets masked, for the start-up log.
         described: String,
     },
-    Migrate(StoreSettings),
+    Migrate {
+        store: StoreSettings,
+        app_role: Option<String>,
+    },
     Key(KeyArgs),
     Submit(remote::SubmitArgs),
     Lookup(remote::LookupArgs),
@@ -136,7 +149,16 @@ impl Command {
                 config: Box::new(args.app_config()?),
                 described: args.describe(),
             },
-            Self::Migrate(store) => Job::Migrate(store.settings(TOOL_POOL)?),
+            Self::Migrate(args) => {
+                let store = args.store.settings(TOOL_POOL)?;
+                let app_role = args.app_role.filter(|r| !r.is_empty());
+                if app_role.is_some() && store.url.starts_with("sqlite://") {
+                    return Err(ConfigError::new(
+                        "ONCEGATE_APP_ROLE needs Postgres (DATABASE_URL): the embedded SQLite file has no roles",
+                    ));
+                }
+                Job::Migrate { store, app_role }
+            }
             Self::Key(args) => Job::Key(args),
             Self::Submit(args) => Job::Submit(args),
             Self::Lookup(args) => Job::Lookup(args),
@@ -144,7 +166,11 @@ impl Command {
                 args.check()?;
                 Job::Bench(args)
             }
-            Self::Purge(args) => Job::Purge(args.store.settings(TOOL_POOL)?, args.retention.policy()?),
+            Self::Purge(args) => {
+                let store = args.store.settings(TOOL_POOL)?;
+                let policy = args.retention.policy_for(&store.url)?;
+                Job::Purge(store, policy)
+            }
             Self::Relay(args) => Job::Relay {
                 store: args.store.settings(TOOL_POOL)?,
                 sink: args.relay.sink(),
@@ -159,7 +185,7 @@ impl Command {
 pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
     match job {
         Job::Serve { config, described } => serve(*config, described).await,
-        Job::Migrate(store) => migrate(store).await,
+        Job::Migrate { store, app_role } => migrate(store, app_role).await,
         Job::Key(args) => key(args),
         Job::Submit(args) => remote::submit(args).await,
         Job::Lookup(args) => remote::lookup(args).await,
@@ -188,10 +214,17 @@ async fn open_store(settings: &StoreSettings) -> anyhow::Result<std::sync::Arc<d
     crate::store::open(settings).await.context("opening the store")
 }
 
-async fn migrate(settings: StoreSettings) -> anyhow::Result<ExitCode> {
+async fn migrate(settings: StoreSettings, app_role: Option<String>) -> anyhow::Result<ExitCode> {
     let store = open_store(&settings).await?;
     store.migrate().await.context("migrating")?;
     eprintln!("migrations applied ({})", mask_url(&settings.url));
+    if let Some(role) = app_role {
+        store
+            .grant_app_role(&role)
+            .await
+            .with_context(|| format!("granting ONCEGATE_APP_ROLE {role:?} its privileges"))?;
+        eprintln!("application role {role:?} granted exactly its privileges");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -247,6 +280,7 @@ fn keys_from_jsonl(out: &mut impl Write) -> anyhow::Result<ExitCode> {
 
 async fn purge(settings: StoreSettings, policy: RetentionPolicy) -> anyhow::Result<ExitCode> {
     let store = open_store(&settings).await?;
+    crate::retention::check_floor(&*store, &policy).await?;
     let report = Retention::new(store, policy).step().await.context("purging")?;
     if report.ran {
         println!(
@@ -337,6 +371,73 @@ mod tests {
             assert!(err.0.contains("DATABASE_URL"), "{sub}: {err}");
             assert!(!err.0.contains("pw"), "{sub}: the password is masked: {err}");
         }
+    }
+
+    #[test]
+    fn a_retention_below_the_floor_is_refused_on_sqlite_unless_the_floor_is_lowered() {
+        let err = resolve(&["oncegate", "serve", "--retention", "3days"])
+            .err()
+            .expect("refused");
+        assert!(
+            err.0.contains("3days") && err.0.contains("3years"),
+            "names both values: {err}"
+        );
+        let err = resolve(&["oncegate", "purge", "--retention", "2years"])
+            .err()
+            .expect("refused");
+        assert!(err.0.contains("ONCEGATE_RETENTION_FLOOR"), "{err}");
+        let lowered = [
+            "oncegate",
+            "serve",
+            "--retention",
+            "3days",
+            "--retention-floor",
+            "1day",
+        ];
+        assert!(resolve(&lowered).is_ok(), "an explicit, lower floor");
+        let on_postgres = [
+            "oncegate",
+            "serve",
+            "--database-url",
+            "postgres://db/x",
+            "--retention-floor",
+            "1day",
+        ];
+        let err = resolve(&on_postgres)
+            .err()
+            .expect("the Postgres floor lives in the database");
+        assert!(err.0.contains("oncegate_retention_floor"), "{err}");
+    }
+
+    #[test]
+    fn least_privilege_needs_postgres_and_no_migrations_on_start() {
+        let sqlite = ["oncegate", "serve", "--require-least-privilege", "true"];
+        assert!(resolve(&sqlite).err().expect("refused").0.contains("SQLite"));
+        let migrating = [
+            "oncegate",
+            "serve",
+            "--database-url",
+            "postgres://db/x",
+            "--require-least-privilege",
+            "true",
+        ];
+        assert!(
+            resolve(&migrating)
+                .err()
+                .expect("refused")
+                .0
+                .contains("ONCEGATE_MIGRATE_ON_START")
+        );
+        let ok = [&migrating[..], &["--migrate-on-start", "false"]].concat();
+        assert!(resolve(&ok).is_ok());
+        let role_on_sqlite = ["oncegate", "migrate", "--app-role", "oncegate_app"];
+        assert!(
+            resolve(&role_on_sqlite)
+                .err()
+                .expect("refused")
+                .0
+                .contains("ONCEGATE_APP_ROLE")
+        );
     }
 
     #[test]

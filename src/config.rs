@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, env = "ONCEGATE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Refuse to start (exit 64) when the database role is privileged: a
+    /// superuser, the schema owner, or able to change ledger, audit trail or
+    /// retention floor. The Helm chart sets it whenever Postgres is used.
+    #[arg(long, env = "ONCEGATE_REQUIRE_LEAST_PRIVILEGE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub require_least_privilege: bool,
     /// Written to audit rows (default: the host name).
     #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
@@ -280,10 +285,46 @@ pub struct RetentionArgs {
     /// How often `serve` runs the purge (0s disables it).
     #[arg(long, env = "ONCEGATE_PURGE_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub purge_interval: Duration,
+    /// The shortest ONCEGATE_RETENTION allowed on the embedded SQLite store
+    /// (default 3 years, 2 CFR 200.334). On Postgres the floor is the
+    /// owner's, in the database (`oncegate_retention_floor`).
+    #[arg(long, env = "ONCEGATE_RETENTION_FLOOR", value_parser = humantime::parse_duration)]
+    pub retention_floor: Option<Duration>,
 }
 
+/// The floor when none is configured: three years (2 CFR §200.334).
+pub const DEFAULT_RETENTION_FLOOR: Duration = Duration::from_secs(3 * 31_557_600);
+
 impl RetentionArgs {
-    /// The purge's policy; the error names the setting that is wrong.
+    /// The policy for a store at `url`, with the floor checked: below it is
+    /// a configuration error naming both values (SQLite; Postgres checks its
+    /// own floor when the store is reachable).
+    pub fn policy_for(&self, url: &str) -> Result<RetentionPolicy, ConfigError> {
+        let policy = self.policy()?;
+        let sqlite = url.starts_with("sqlite://");
+        match self.retention_floor {
+            Some(_) if !sqlite => Err(ConfigError::new(
+                "ONCEGATE_RETENTION_FLOOR applies to the embedded SQLite store; on Postgres the floor \
+                 is the database owner's (UPDATE oncegate_retention_floor)",
+            )),
+            floor if sqlite => {
+                let floor = floor.unwrap_or(DEFAULT_RETENTION_FLOOR);
+                if policy.retention < floor {
+                    return Err(ConfigError(format!(
+                        "ONCEGATE_RETENTION is {}, below the retention floor of {} (2 CFR 200.334); \
+                         lower ONCEGATE_RETENTION_FLOOR explicitly if that is intended",
+                        humantime::format_duration(policy.retention),
+                        humantime::format_duration(floor)
+                    )));
+                }
+                Ok(policy)
+            }
+            _ => Ok(policy),
+        }
+    }
+
+    /// The purge's policy, without the floor; the error names the setting
+    /// that is wrong.
     pub fn policy(&self) -> Result<RetentionPolicy, ConfigError> {
         if self.retention.is_zero() {
             return Err(ConfigError::new("ONCEGATE_RETENTION must be greater than 0"));
@@ -338,8 +379,12 @@ impl ServeArgs {
             ));
         }
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
+        let store = self.store.settings(u32::MAX)?;
+        self.check_least_privilege(&store)?;
         Ok(AppConfig {
-            store: self.store.settings(u32::MAX)?,
+            retention: self.retention.policy_for(&store.url)?,
+            require_least_privilege: self.require_least_privilege,
+            store,
             migrate_on_start: self.migrate_on_start,
             startup_timeout: self.startup_timeout,
             listen: self.listen,
@@ -364,7 +409,6 @@ impl ServeArgs {
             },
             sink: self.relay.sink(),
             relay: self.relay.relay(&instance)?,
-            retention: self.retention.policy()?,
             purge_interval: self.retention.purge_interval,
             limits: Limits {
                 max_payload_bytes: self.max_payload_bytes,
@@ -376,6 +420,26 @@ impl ServeArgs {
             },
             instance,
         })
+    }
+
+    /// Least privilege is a Postgres matter, and migrations need the owner.
+    fn check_least_privilege(&self, store: &StoreSettings) -> Result<(), ConfigError> {
+        if !self.require_least_privilege {
+            return Ok(());
+        }
+        if store.url.starts_with("sqlite://") {
+            return Err(ConfigError::new(
+                "ONCEGATE_REQUIRE_LEAST_PRIVILEGE needs Postgres (DATABASE_URL): the embedded SQLite \
+                 file has no roles",
+            ));
+        }
+        if self.migrate_on_start {
+            return Err(ConfigError::new(
+                "ONCEGATE_REQUIRE_LEAST_PRIVILEGE with ONCEGATE_MIGRATE_ON_START=true: migrations need \
+                 the schema owner; run `oncegate migrate` as the owner and set ONCEGATE_MIGRATE_ON_START=false",
+            ));
+        }
+        Ok(())
     }
 
     fn redis_settings(&self) -> Result<Option<RedisSettings>, ConfigError> {

@@ -325,6 +325,15 @@ mod tests {
         async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError> {
             unimplemented!()
         }
+        async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
+            unimplemented!()
+        }
+        async fn grant_app_role(&self, _: &str) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {
+            unimplemented!()
+        }
         async fn wait_for_outbox(&self, _: Duration) {}
     }
 

@@ -39,7 +39,6 @@ fn main() -> ExitCode {
         // A setting only the running system can check (a privileged
         // database role, a retention below the database's floor).
         Err(e) if e.downcast_ref::<ConfigError>().is_some() => {
-            tracing::error!(error = format!("{e:#}"), "invalid configuration");
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_CONFIG)
         }

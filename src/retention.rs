@@ -7,6 +7,26 @@ use crate::store::{PurgeReport, RetentionPolicy, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Refuses a retention below the floor the database holds (Postgres): a
+/// configuration error naming both values, never a silent clamp.
+pub async fn check_floor(store: &dyn Store, policy: &RetentionPolicy) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let floor = store
+        .retention_floor()
+        .await
+        .context("reading the retention floor")?;
+    match floor {
+        Some(floor) if policy.retention < floor => Err(crate::error::ConfigError(format!(
+            "ONCEGATE_RETENTION is {}, below the database's retention floor of {} \
+             (oncegate_retention_floor, 2 CFR 200.334); only the schema owner can lower the floor",
+            humantime::format_duration(policy.retention),
+            humantime::format_duration(floor)
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 pub struct Retention {
     store: Arc<dyn Store>,
     policy: RetentionPolicy,

@@ -356,6 +356,19 @@ pub trait Store: Send + Sync + 'static {
 
     async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError>;
 
+    /// What the connected role may do beyond least privilege (DESIGN §3):
+    /// empty when it is the application role, `None` where the store has
+    /// no roles (SQLite: whoever opens the file can do anything).
+    async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError>;
+
+    /// Grants `role` exactly the application role's privileges (run as the
+    /// owner, after migrating). Postgres only.
+    async fn grant_app_role(&self, role: &str) -> Result<(), StoreError>;
+
+    /// The shortest retention the database itself enforces, if it holds one
+    /// (Postgres: the owner's `oncegate_retention_floor`).
+    async fn retention_floor(&self) -> Result<Option<Duration>, StoreError>;
+
     /// Connections open and idle, for the pool gauges.
     fn pool_usage(&self) -> Option<(u32, usize)> {
         None

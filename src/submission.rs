@@ -4,7 +4,7 @@
 use crate::error::GateError;
 use crate::key;
 use crate::pb;
-use time::format_description::well_known::Rfc3339;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// Longest award id, in characters.
 pub const MAX_AWARD_ID_CHARS: usize = 128;
@@ -99,14 +99,49 @@ fn validate_award_id(award_id: &str) -> Result<(), GateError> {
     if award_id.contains('|') {
         return Err(GateError::invalid("award_id must not contain '|'"));
     }
-    if let Some(c) = award_id.chars().find(|c| c.is_control()) {
+    if let Some(c) = award_id.chars().find(|c| !is_printable(*c)) {
         return Err(GateError::invalid(format!(
-            "award_id must be printable, found control character U+{:04X}",
+            "award_id must be printable, found {} U+{:04X}",
+            category_name(c),
             c as u32
         )));
     }
+    if award_id.starts_with(char::is_whitespace) || award_id.ends_with(char::is_whitespace) {
+        return Err(GateError::invalid(
+            "award_id must not begin or end with white space",
+        ));
+    }
     Ok(())
 }
+
+/// Not a control, format (zero-width, bidi override, BOM), line or
+/// paragraph separator, private-use or unassigned character: what could
+/// make two award ids look alike in a ledger while differing in bytes.
+fn is_printable(c: char) -> bool {
+    !matches!(
+        c.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+            | GeneralCategory::PrivateUse
+            | GeneralCategory::Unassigned
+            | GeneralCategory::Surrogate
+    )
+}
+
+fn category_name(c: char) -> &'static str {
+    match c.general_category() {
+        GeneralCategory::Control => "control character",
+        GeneralCategory::Format => "format character",
+        GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator => "line or paragraph separator",
+        GeneralCategory::PrivateUse => "private-use character",
+        _ => "unassigned character",
+    }
+}
+
+const TIMESTAMP_FORMAT: &str =
+    "submission_timestamp must be an RFC 3339 date-time (e.g. 2026-11-29T10:57:45Z)";
 
 fn validate_timestamp(ts: &str) -> Result<(), GateError> {
     if ts.is_empty() {
@@ -115,10 +150,73 @@ fn validate_timestamp(ts: &str) -> Result<(), GateError> {
     if ts.len() > 64 {
         return Err(GateError::invalid("submission_timestamp is longer than 64 bytes"));
     }
-    time::OffsetDateTime::parse(ts, &Rfc3339).map_err(|_| {
-        GateError::invalid("submission_timestamp must be an RFC 3339 date-time (e.g. 2026-11-29T10:57:45Z)")
-    })?;
+    if let Some(c) = ts.chars().find(|c| c.is_control()) {
+        return Err(GateError::invalid(format!(
+            "submission_timestamp must not contain control characters, found U+{:04X}",
+            c as u32
+        )));
+    }
+    if ts.as_bytes().get(10).is_some_and(|b| !matches!(b, b'T' | b't')) {
+        return Err(GateError::invalid(format!(
+            "{TIMESTAMP_FORMAT}: date and time must be separated by 'T'"
+        )));
+    }
+    if !is_rfc3339_date_time(ts.as_bytes()) {
+        return Err(GateError::invalid(TIMESTAMP_FORMAT));
+    }
     Ok(())
+}
+
+/// RFC 3339 §5.6 `date-time`, exactly: `YYYY-MM-DD` `T`|`t` `hh:mm:ss`
+/// [`.` digits] (`Z`|`z`|`±hh:mm`), with real calendar dates (leap years)
+/// and a leap second only in a minute's last second (`:59:60`).
+fn is_rfc3339_date_time(b: &[u8]) -> bool {
+    let digits = |r: std::ops::Range<usize>| -> Option<u32> {
+        let part = b.get(r)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    };
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    let (Some(year), Some(month), Some(day)) = (digits(0..4), digits(5..7), digits(8..10)) else {
+        return false;
+    };
+    let (Some(hour), Some(minute), Some(second)) = (digits(11..13), digits(14..16), digits(17..19)) else {
+        return false;
+    };
+    if !(at(4, b'-') && at(7, b'-') && matches!(b.get(10), Some(b'T' | b't')) && at(13, b':') && at(16, b':'))
+    {
+        return false;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    if !(1..=days).contains(&day) || hour > 23 || minute > 59 || second > 60 || (second == 60 && minute != 59)
+    {
+        return false;
+    }
+    let mut rest = &b[19..];
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let n = frac.iter().take_while(|d| d.is_ascii_digit()).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &frac[n..];
+    }
+    match rest {
+        [b'Z' | b'z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => {
+            [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit())
+                && (h1 - b'0') * 10 + (h2 - b'0') <= 23
+                && (m1 - b'0') * 10 + (m2 - b'0') <= 59
+        }
+        _ => false,
+    }
 }
 
 fn validate_producer_key(k: &str) -> Result<(), GateError> {
@@ -198,6 +296,59 @@ mod tests {
         let ka = Submission::validate(&a, Limits::default()).unwrap().key;
         let kb = Submission::validate(&b, Limits::default()).unwrap().key;
         assert_ne!(ka, kb, "equal instants written differently are different keys");
+    }
+
+    #[test]
+    fn only_an_exact_rfc3339_date_time_is_a_timestamp() {
+        for ok in [
+            "2026-11-29T10:00:00Z",
+            "2026-11-29t10:00:00z",
+            "2026-11-29T10:00:00.123456+05:30",
+            "2024-02-29T23:59:60-00:00",
+            "0001-01-01T00:00:00Z",
+        ] {
+            assert!(validate_timestamp(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "2026-11-29x10:00:00Z",
+            "2026-11-29 10:00:00Z",
+            "2026-11-29\u{0}10:00:00Z",
+            "2026-11-29\n10:00:00Z",
+            "2026-11-29T10:00:00Z\n",
+            "2025-02-29T10:00:00Z",
+            "2026-04-31T10:00:00Z",
+            "2026-11-29T24:00:00Z",
+            "2026-11-29T10:00:60Z",
+            "2026-11-29T10:00:00.Z",
+            "2026-11-29T10:00:00+2400",
+            "2026-11-29T10:00:00+24:00",
+            "2026-11-29T10:00:00",
+            "2026-11-29T10:00Z",
+            "+2026-11-29T10:00:00Z",
+            "２026-11-29T10:00:00Z",
+        ] {
+            let err = validate_timestamp(bad).expect_err(bad).to_string();
+            assert!(err.contains("submission_timestamp"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn award_ids_that_could_look_like_another_are_refused() {
+        for bad in [
+            "AWD\u{200B}1",
+            "AWD\u{202E}1",
+            "\u{FEFF}AWD-1",
+            "AWD\u{2028}1",
+            "AWD\u{E000}1",
+            "AWD\u{0378}1",
+            " AWD-1",
+            "AWD-1\u{00A0}",
+            "AWD-1\t",
+        ] {
+            let err = validate_award_id(bad).expect_err(bad).to_string();
+            assert!(err.contains("award_id"), "{bad:?}: {err}");
+        }
+        assert!(validate_award_id("AWD 2026/é-1").is_ok());
     }
 
     #[test]

@@ -15,6 +15,26 @@ use tokio::sync::Mutex;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// Everything the connected role may do that the application role must
+/// not (migrations/GRANTS.md), one label each; empty for least privilege.
+const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
+       CASE WHEN r.rolsuper THEN 'superuser' END, \
+       CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END, \
+       CASE WHEN pg_has_role(current_user, c.relowner, 'MEMBER') THEN 'owner of the schema objects' END, \
+       CASE WHEN has_table_privilege('public.disbursements', 'UPDATE,DELETE,TRUNCATE,TRIGGER') \
+              OR has_any_column_privilege('public.disbursements', 'UPDATE') \
+            THEN 'may change disbursements' END, \
+       CASE WHEN has_table_privilege('public.audit_log', 'UPDATE,DELETE,TRUNCATE,TRIGGER') \
+              OR has_any_column_privilege('public.audit_log', 'UPDATE') \
+            THEN 'may change audit_log' END, \
+       CASE WHEN has_table_privilege('public.oncegate_retention_floor', 'INSERT,UPDATE,DELETE,TRUNCATE') \
+              OR has_any_column_privilege('public.oncegate_retention_floor', 'UPDATE') \
+            THEN 'may change the retention floor' END, \
+       CASE WHEN has_schema_privilege('public', 'CREATE') THEN 'may create objects in schema public' END \
+     ], NULL) \
+     FROM pg_roles r, pg_class c \
+     WHERE r.rolname = current_user AND c.oid = 'public.audit_log'::regclass";
+
 /// Advisory lock key held by the instance that runs retention ("oncegate").
 const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
 const OUTBOX_CHANNEL: &str = "oncegate_outbox";
@@ -315,6 +335,30 @@ impl Store for PostgresStore {
     async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError> {
         let row = sqlx::query(LEDGER_SUMMARY_SQL).fetch_one(&self.pool).await?;
         Ok(ledger_summary_from_row(&row)?)
+    }
+
+    async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
+        let excess: Vec<String> = sqlx::query_scalar(PRIVILEGE_EXCESS_SQL)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Some(excess))
+    }
+
+    async fn grant_app_role(&self, role: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT oncegate_grant_app_role($1)")
+            .bind(role)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {
+        let seconds: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM min_retention)::float8 FROM oncegate_retention_floor",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
     fn pool_usage(&self) -> Option<(u32, usize)> {

@@ -529,6 +529,22 @@ impl Store for SqliteStore {
         Ok(ledger_summary_from_row(&row)?)
     }
 
+    async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(None)
+    }
+
+    async fn grant_app_role(&self, _role: &str) -> Result<(), StoreError> {
+        Err(StoreError::Other(
+            "database roles are a Postgres feature; the SQLite file has none".into(),
+        ))
+    }
+
+    /// SQLite holds no floor of its own: `ONCEGATE_RETENTION_FLOOR` is
+    /// checked in the configuration.
+    async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {
+        Ok(None)
+    }
+
     async fn wait_for_outbox(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.outbox_written.notified()).await;
     }

@@ -17,6 +17,7 @@ on_both_stores!(
     a_genuine_duplicate_after_a_refused_reuse_in_one_batch_is_a_duplicate,
     an_amount_that_would_overflow_the_total_is_refused_and_writes_nothing,
     overflow_against_the_stored_total_is_refused_naming_the_award,
+    malformed_values_never_reach_the_ledger,
 );
 
 fn validated(raw: &pb::Submission) -> Submission {
@@ -172,5 +173,50 @@ async fn overflow_against_the_stored_total_is_refused_naming_the_award(kind: Kin
     assert_eq!(outcome(ok.get_ref()), Outcome::Claimed, "up to the limit is fine");
     let n = db.counts().await;
     assert_eq!(n.ledger(), (2, 2, i64::MAX, 2));
+    app.shutdown().await;
+}
+
+/// A control character in a timestamp and an invisible character in an
+/// award id are refused, naming the field, and nothing is written — the
+/// other items of the batch proceed.
+async fn malformed_values_never_reach_the_ledger(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    let batch = vec![
+        submission("AWD-V", "2026-11-29\u{0}10:00:00Z", b"nul", 1),
+        submission("AWD-V", "2026-11-29x10:00:00Z", b"x", 2),
+        submission("AWD\u{200B}-V", TS, b"zero-width", 3),
+        submission("AWD\u{202E}-V", TS, b"bidi", 4),
+        submission("AWD-V", TS, b"fine", 5),
+    ];
+    let results = c
+        .submit_batch(pb::SubmitBatchRequest { submissions: batch })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(
+        answers(&results),
+        [
+            "InvalidArgument",
+            "InvalidArgument",
+            "InvalidArgument",
+            "InvalidArgument",
+            "Claimed"
+        ]
+    );
+    for (r, field) in results.iter().zip([
+        "submission_timestamp",
+        "submission_timestamp",
+        "award_id",
+        "award_id",
+    ]) {
+        let Some(pb::result::Result::Error(e)) = &r.result else {
+            unreachable!()
+        };
+        assert!(e.message.contains(field), "{}", e.message);
+    }
+    assert_eq!(db.counts().await.ledger(), (1, 1, 5, 1));
     app.shutdown().await;
 }

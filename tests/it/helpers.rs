@@ -229,6 +229,11 @@ impl Counts {
 /// `serve` arguments as production parses them, on port 0, with everything
 /// optional switched off unless a test turns it on.
 pub fn serve_args(db: &TestDb) -> ServeArgs {
+    serve_args_for_url(&db.url)
+}
+
+/// [`serve_args`] for a store URL of the test's own (another role, a proxy).
+pub fn serve_args_for_url(url: &str) -> ServeArgs {
     let argv = [
         "oncegate",
         "serve",
@@ -251,7 +256,7 @@ pub fn serve_args(db: &TestDb) -> ServeArgs {
         unreachable!()
     };
     // The environment must not leak in (REDIS_URL, DATABASE_URL, …).
-    args.store.database_url = Some(db.url.clone());
+    args.store.database_url = Some(url.to_string());
     args.redis_url = None;
     args.relay.relay_sink = oncegate::relay::SinkSpec::None;
     args.instance_id = Some(unique("it-"));

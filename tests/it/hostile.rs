@@ -50,6 +50,108 @@ fn timestamp() -> impl Strategy<Value = String> {
     prop_oneof![4 => valid, 1 => any::<String>(), 1 => "20[0-9]{2}-[0-9]{2}-[0-9]{2}[Tt ].{0,12}"]
 }
 
+/// RFC 3339 §5.6 `date-time` by its grammar, written apart from the
+/// validator (a template walk, a month table): the oracle of the
+/// timestamp properties below.
+fn rfc3339_oracle(ts: &str) -> bool {
+    const TEMPLATE: &str = "0000-00-00T00:00:00";
+    if !ts.is_ascii() || ts.len() < TEMPLATE.len() {
+        return false;
+    }
+    let (head, tail) = ts.split_at(TEMPLATE.len());
+    let shape = head.chars().zip(TEMPLATE.chars()).all(|(c, t)| match t {
+        '0' => c.is_ascii_digit(),
+        'T' => c == 'T' || c == 't',
+        other => c == other,
+    });
+    if !shape {
+        return false;
+    }
+    let n = |from: usize, to: usize| head[from..to].parse::<u32>().unwrap();
+    let (year, month, day) = (n(0, 4), n(5, 7), n(8, 10));
+    let (hour, minute, second) = (n(11, 13), n(14, 16), n(17, 19));
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let calendar =
+        (1..=12).contains(&month) && day >= 1 && day <= month_days[(month as usize).clamp(1, 12) - 1];
+    let clock = hour < 24 && minute < 60 && (second < 60 || (second == 60 && minute == 59));
+    let tail = match tail.strip_prefix('.') {
+        Some(frac) => {
+            let digits = frac.len() - frac.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if digits == 0 {
+                return false;
+            }
+            &frac[digits..]
+        }
+        None => tail,
+    };
+    let offset = tail == "Z"
+        || tail == "z"
+        || (tail.len() == 6
+            && (tail.starts_with('+') || tail.starts_with('-'))
+            && &tail[3..4] == ":"
+            && tail[1..3]
+                .chars()
+                .chain(tail[4..6].chars())
+                .all(|c| c.is_ascii_digit())
+            && tail[1..3].parse::<u32>().unwrap() < 24
+            && tail[4..6].parse::<u32>().unwrap() < 60);
+    calendar && clock && offset
+}
+
+/// Timestamps one character away from valid ones (the separators, control
+/// characters, digits that break the calendar), and anything at all.
+fn near_timestamp() -> impl Strategy<Value = String> {
+    let replacement = prop_oneof![
+        Just('T'),
+        Just('t'),
+        Just(' '),
+        Just('x'),
+        Just('\0'),
+        Just('\n'),
+        Just('\u{7f}'),
+        Just(':'),
+        Just('-'),
+        Just('.'),
+        Just('+'),
+        Just('Z'),
+        Just('z'),
+        Just('é'),
+        Just('\u{200b}'),
+        proptest::char::range('0', '9'),
+    ];
+    let mutated = (
+        timestamp(),
+        any::<prop::sample::Index>(),
+        replacement,
+        any::<bool>(),
+    )
+        .prop_map(|(ts, at, c, insert)| {
+            let mut chars: Vec<char> = ts.chars().collect();
+            let i = at.index(chars.len() + 1);
+            if insert || i == chars.len() {
+                chars.insert(i.min(chars.len()), c);
+            } else {
+                chars[i] = c;
+            }
+            chars.into_iter().collect()
+        });
+    prop_oneof![3 => mutated, 2 => timestamp()]
+}
+
 fn raw_submission() -> impl Strategy<Value = pb::Submission> {
     (
         prop_oneof![4 => "[A-Z][A-Z0-9-]{0,20}", 1 => any::<String>(), 1 => ".{120,140}", 1 => "[a-z|]{1,5}"],
@@ -112,8 +214,8 @@ proptest! {
     /// what DESIGN §1 allows.
     #[test]
     fn well_formed_submissions_are_accepted(
-        award in "[A-Za-z0-9][A-Za-z0-9 ._/-]{0,127}",
-        ts in timestamp().prop_filter("valid", |t| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).is_ok()),
+        award in "[A-Za-z0-9]([A-Za-z0-9 ._/-]{0,126}[A-Za-z0-9._/-])?",
+        ts in timestamp().prop_filter("valid", |t| rfc3339_oracle(t)),
         payload in proptest::collection::vec(any::<u8>(), 0..300),
         amount in 1i64..=i64::MAX,
     ) {
@@ -121,6 +223,15 @@ proptest! {
         let s = Submission::validate(&raw, Limits::default());
         prop_assert!(s.is_ok(), "{:?}", s.err());
         prop_assert_eq!(s.unwrap().key, oncegate::key::derive_key(&award, &ts, &payload));
+    }
+
+    /// A timestamp is accepted exactly when the independent grammar says it
+    /// is an RFC 3339 date-time.
+    #[test]
+    fn timestamps_are_accepted_exactly_by_the_rfc3339_grammar(ts in near_timestamp()) {
+        let raw = submission("AWD-TS", &ts, b"{}", 1);
+        let accepted = Submission::validate(&raw, Limits::default());
+        prop_assert_eq!(accepted.is_ok(), rfc3339_oracle(&ts), "{:?}: {:?}", ts, accepted.err());
     }
 
     /// One changed payload byte, award character or timestamp character

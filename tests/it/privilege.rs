@@ -634,3 +634,121 @@ async fn the_grant_function_refuses_a_superuser_the_owner_and_a_missing_role() {
     );
     roles.drop_all(&[]).await;
 }
+
+/// Runs the real binary to completion; its exit code and standard error.
+async fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    cmd.args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .env_remove("ONCEGATE_APP_ROLE")
+        .env_remove("ONCEGATE_REQUIRE_LEAST_PRIVILEGE")
+        .env_remove("ONCEGATE_RETENTION")
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the binary exits by itself")
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `oncegate migrate` as the owner with ONCEGATE_APP_ROLE grants the role;
+/// `serve` as that role with ONCEGATE_REQUIRE_LEAST_PRIVILEGE starts and
+/// reports itself unprivileged; as the owner it exits 64, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reports_its_privileges_and_refuses_to_run_privileged_when_required() {
+    let mut roles = Roles::default();
+    let db = roles.owned_database().await;
+    let app_role = roles.create("og_app_serve_", "LOGIN").await;
+    let (code, err) = run_binary(
+        &["migrate", "--database-url", &db.owner_url],
+        &[("ONCEGATE_APP_ROLE", &app_role)],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("granted"), "{err}");
+    let app_url = url_for(&app_role, &db.name);
+    assert_eq!(
+        scalar_as(
+            &db.owner_url,
+            &format!("SELECT has_table_privilege('{app_role}', 'disbursements', 'INSERT')::int::bigint")
+        )
+        .await,
+        1,
+        "migrate granted the role"
+    );
+
+    let mut args = serve_args_for_url(&app_url);
+    args.require_least_privilege = true;
+    args.migrate_on_start = false;
+    let app = TestApp::spawn(args).await;
+    let metrics = app.metrics().await;
+    assert_eq!(
+        metric(&metrics, "oncegate_db_role_privileged"),
+        Some(0.0),
+        "{metrics}"
+    );
+    app.shutdown().await;
+
+    let (code, err) = run_binary(
+        &[
+            "serve",
+            "--database-url",
+            &db.owner_url,
+            "--migrate-on-start",
+            "false",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        &[("ONCEGATE_REQUIRE_LEAST_PRIVILEGE", "true")],
+    )
+    .await;
+    assert_eq!(code, 64, "the owner is refused: {err}");
+    assert!(err.contains("owner of the schema objects"), "names why: {err}");
+    roles.drop_all(&[]).await;
+}
+
+/// A retention below the database's floor is exit 64 naming both values,
+/// for `serve` and for `purge`; never a silent clamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_below_the_database_floor_is_a_configuration_error() {
+    let db = TestDb::new(Kind::Postgres).await;
+    for sub in ["purge", "serve"] {
+        let (code, err) = run_binary(
+            &[
+                sub,
+                "--database-url",
+                &db.url,
+                "--retention",
+                "2years",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ][..if sub == "purge" { 5 } else { 9 }],
+            &[],
+        )
+        .await;
+        assert_eq!(code, 64, "{sub}: {err}");
+        assert!(
+            err.contains("2years") && err.contains("3years"),
+            "{sub} names both values: {err}"
+        );
+    }
+    db.exec("UPDATE oncegate_retention_floor SET min_retention = interval '1 year'")
+        .await;
+    let (code, err) = run_binary(
+        &["purge", "--database-url", &db.url, "--retention", "2years"],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "the owner lowered the floor: {err}");
+}
