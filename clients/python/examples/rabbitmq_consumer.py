@@ -111,7 +111,7 @@ def parse_body(body: bytes) -> Submission:
 
 
 def message_body(s: Submission) -> bytes:
-    """The body this consumer reads, for a producer (and the tests)."""
+    """The body this consumer reads: what a producer publishes."""
     doc = {
         "award_id": s.award_id,
         "submission_timestamp": s.submission_timestamp,
