@@ -1,4 +1,4 @@
-"""Fixtures: the real oncegate sidecar, a Gate client, Redis, unique names.
+"""Fixtures: the real oncegate sidecar, a Gate client (sync and asyncio), Redis, unique names.
 
 The sidecar binary comes from ONCEGATE_BIN (default <repo>/target/debug/oncegate,
 built by `cargo build`). Tests that need it are skipped only when that file
@@ -170,8 +170,51 @@ def sidecar(oncegate_bin, tmp_path_factory) -> Sidecar:
         print(f"oncegate serve exited with {code}; log tail:\n{sc.log_tail()}", file=sys.stderr)
 
 
+CLIENT_KINDS = ("sync", "aio")
+
+
 @pytest.fixture(scope="session")
-def gate(sidecar):
+def aio_loop():
+    """One asyncio event loop in a thread, driving every asyncio client."""
+    from helpers import EventLoopThread
+
+    lt = EventLoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="session", params=CLIENT_KINDS)
+def client_kind(request) -> str:
+    """Every test that uses `gate` or `make_gate` runs once per client: the
+    synchronous `oncegate.Gate` and the asyncio `oncegate.aio.Gate`."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def make_gate(client_kind, aio_loop):
+    """A factory for the client under test, with the sync client's interface:
+    the asyncio one is driven through `helpers.BlockingAioGate`, so each test
+    body checks both clients."""
+    from helpers import BlockingAioGate
+    from oncegate import Gate
+
+    def make(*args, **kwargs):
+        if client_kind == "aio":
+            return BlockingAioGate(aio_loop, *args, **kwargs)
+        return Gate(*args, **kwargs)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def gate(sidecar, make_gate):
+    with make_gate(sidecar.target, timeout=30.0) as g:
+        yield g
+
+
+@pytest.fixture(scope="session")
+def sync_gate(sidecar):
+    """The synchronous client, for tests about something else (the examples)."""
     from oncegate import Gate
 
     with Gate(sidecar.target, timeout=30.0) as g:

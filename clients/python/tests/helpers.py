@@ -1,8 +1,13 @@
-"""Random but valid submissions for parity and consumer tests."""
+"""Random but valid submissions for parity and consumer tests, and the bridge
+that runs the asyncio client under the synchronous client's tests."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import random
+import threading
 import unicodedata
 
 from oncegate import Submission
@@ -62,3 +67,61 @@ def random_submission(rng: random.Random, *, award_id: str | None = None) -> Sub
         payload=random_payload(rng),
         amount_cents=rng.randint(1, 10_000_000_00),
     )
+
+
+class EventLoopThread:
+    """An asyncio event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="aio-test-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro, timeout: float | None = None):
+        """Run a coroutine on the loop and wait for it: its result, or its exception."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+class BlockingAioGate:
+    """`oncegate.aio.Gate` behind the synchronous client's interface.
+
+    Each method call runs the asyncio client's coroutine to completion on the
+    loop thread and hands back exactly what it returned or raised, so a test
+    written for `oncegate.Gate` checks the asyncio client unchanged. The
+    client is created, entered (`async with`) and closed on that loop.
+    """
+
+    def __init__(self, loop: EventLoopThread, *args, **kwargs) -> None:
+        from oncegate.aio import Gate
+
+        async def make():
+            return Gate(*args, **kwargs)
+
+        self._loop = loop
+        self.aio = loop.run(make())
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.aio, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            return self._loop.run(attr(*args, **kwargs))
+
+        return call
+
+    def __enter__(self) -> BlockingAioGate:
+        assert self._loop.run(self.aio.__aenter__()) is self.aio
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._loop.run(self.aio.__aexit__(*exc_info))
+
+    def __repr__(self) -> str:
+        return f"BlockingAioGate({self.aio!r})"

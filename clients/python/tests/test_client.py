@@ -1,4 +1,8 @@
-"""The Python client against a running sidecar: every outcome of the contract."""
+"""The Python client against a running sidecar: every outcome of the contract.
+
+Each test that takes `gate` or `make_gate` runs twice: with the synchronous
+`oncegate.Gate` and with the asyncio `oncegate.aio.Gate` (see conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import re
 import urllib.request
 import uuid
 
+import grpc
 import pytest
 
 from conftest import health_status, start_sidecar
@@ -16,6 +21,7 @@ from oncegate import (
     KeyReused,
     Outcome,
     ResourceExhausted,
+    ServingStatus,
     Submission,
     Tier,
     derive_idempotency_key,
@@ -219,6 +225,15 @@ def test_health_reports_both_service_names(sidecar):
     assert health_status(sidecar.target, "oncegate.v1.Gate") == "SERVING"
 
 
+def test_health_method(gate):
+    assert gate.health() is ServingStatus.SERVING
+    assert gate.health("oncegate.v1.Gate") is ServingStatus.SERVING
+    with pytest.raises(GateError) as info:
+        gate.health("no.such.Service")
+    assert info.value.code is grpc.StatusCode.NOT_FOUND
+    assert info.value.retryable is False and info.value.poison is False
+
+
 def test_metrics_endpoint(sidecar, gate, unique):
     submit(gate, fresh(unique))
     with urllib.request.urlopen(f"http://{sidecar.metrics_addr}/metrics", timeout=10) as response:
@@ -227,12 +242,10 @@ def test_metrics_endpoint(sidecar, gate, unique):
     assert body.strip(), "metrics endpoint returned an empty body"
 
 
-def test_sigterm_drains_and_exits_zero(oncegate_bin, tmp_path, unique):
-    from oncegate import Gate
-
+def test_sigterm_drains_and_exits_zero(oncegate_bin, make_gate, tmp_path, unique):
     sc = start_sidecar(oncegate_bin, tmp_path / "sigterm")
     try:
-        with Gate(sc.target, timeout=30) as g:
+        with make_gate(sc.target, timeout=30) as g:
             assert submit(g, fresh(unique)).claimed
     finally:
         code = sc.stop(grace=30)
@@ -240,7 +253,7 @@ def test_sigterm_drains_and_exits_zero(oncegate_bin, tmp_path, unique):
     # The commit survived the restart on the same SQLite file.
     sc2 = start_sidecar(oncegate_bin, tmp_path / "sigterm")
     try:
-        with Gate(sc2.target, timeout=30) as g:
+        with make_gate(sc2.target, timeout=30) as g:
             again = submit(g, fresh(unique))
             assert again.duplicate and again.decided_by is Tier.DATABASE
     finally:

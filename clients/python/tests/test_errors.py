@@ -1,4 +1,5 @@
-"""Status code -> exception mapping, and a real transport error, without the sidecar."""
+"""Status code -> exception mapping, and real transport errors without the
+sidecar, for both clients (sync and asyncio: the `make_gate` fixture)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,8 @@ def test_poison_only_for_message_errors():
     assert not Unavailable.poison and not GateError.poison
 
 
-def test_unreachable_sidecar_is_unavailable_and_retryable():
-    from oncegate import Gate
-
-    with Gate(f"127.0.0.1:{free_port()}", timeout=5) as gate:
+def test_unreachable_sidecar_is_unavailable_and_retryable(make_gate):
+    with make_gate(f"127.0.0.1:{free_port()}", timeout=5) as gate:
         with pytest.raises(Unavailable) as info:
             gate.submit(award_id="A", submission_timestamp="2026-01-01T00:00:00Z",
                         payload=b"x", amount_cents=1)
@@ -63,23 +62,19 @@ def test_unreachable_sidecar_is_unavailable_and_retryable():
     assert isinstance(info.value.__cause__, grpc.RpcError)
 
 
-def test_silent_server_is_deadline_exceeded_and_retryable():
-    from oncegate import Gate
-
+def test_silent_server_is_deadline_exceeded_and_retryable(make_gate):
     # Accepts TCP connections and never speaks HTTP/2: the call can only time out.
     with socket.socket() as black_hole:
         black_hole.bind(("127.0.0.1", 0))
         black_hole.listen(16)
         target = f"127.0.0.1:{black_hole.getsockname()[1]}"
-        with Gate(target, timeout=0.3) as gate:
+        with make_gate(target, timeout=0.3) as gate:
             with pytest.raises(DeadlineExceeded) as info:
                 gate.submit("A", "2026-01-01T00:00:00Z", b"x", 1)
     assert info.value.retryable is True
 
 
-def test_http_target_form_is_accepted():
-    from oncegate import Gate
-
-    with Gate(f"http://127.0.0.1:{free_port()}/", timeout=5) as gate:
+def test_http_target_form_is_accepted(make_gate):
+    with make_gate(f"http://127.0.0.1:{free_port()}/", timeout=5) as gate:
         with pytest.raises(Unavailable):
             gate.lookup("0" * 64)

@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from conftest import start_sidecar
 from helpers import random_submission
 from oncegate import Outcome, Submission, derive_idempotency_key
 
@@ -88,7 +89,20 @@ def test_cli_single_matches_python(oncegate_bin, corpus, tmp_path):
         assert got == expected, (s.award_id, s.submission_timestamp, len(s.payload))
 
 
-def test_sidecar_decision_key_matches_python(gate, corpus):
+@pytest.fixture
+def empty_gate(oncegate_bin, make_gate, tmp_path):
+    """The client under test (sync, then asyncio) on a sidecar with an empty
+    store of its own, so every corpus submission is new to it."""
+    sc = start_sidecar(oncegate_bin, tmp_path / "parity")
+    try:
+        with make_gate(sc.target, timeout=30.0) as g:
+            yield g
+    finally:
+        sc.stop()
+
+
+def test_sidecar_decision_key_matches_python(empty_gate, corpus):
+    gate = empty_gate
     for s in corpus:
         expected = derive_idempotency_key(s.award_id, s.submission_timestamp, s.payload)
         decision = gate.submit(

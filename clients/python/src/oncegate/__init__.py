@@ -5,8 +5,9 @@
     decision = gate.submit(award_id=..., submission_timestamp=..., payload=..., amount_cents=...)
     # ack the broker now (CLAIMED or DUPLICATE); on GateError do not ack.
 
+``oncegate.aio.Gate`` is the same client for asyncio (``grpc.aio``).
 ``derive_idempotency_key`` and the exceptions work without the generated stubs;
-``Gate`` needs them (see generate.py).
+``Gate`` and ``oncegate.aio`` need them (see generate.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .errors import (
     error_for_status,
 )
 from .key import derive_idempotency_key
-from .types import Decision, Disbursement, Outcome, Submission, Tier
+from .types import Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
 
 if TYPE_CHECKING:
     from .client import Gate
@@ -36,6 +37,7 @@ __all__ = [
     "Decision",
     "Disbursement",
     "Outcome",
+    "ServingStatus",
     "Submission",
     "Tier",
     "GateError",

@@ -26,6 +26,16 @@ class Tier(enum.Enum):
     DATABASE = "DATABASE"
 
 
+class ServingStatus(enum.Enum):
+    """A ``grpc.health.v1`` answer, as returned by ``Gate.health``."""
+
+    UNKNOWN = "UNKNOWN"
+    SERVING = "SERVING"
+    #: Draining (SIGTERM) or not ready: send nothing new to this sidecar.
+    NOT_SERVING = "NOT_SERVING"
+    SERVICE_UNKNOWN = "SERVICE_UNKNOWN"
+
+
 @dataclass(frozen=True)
 class Submission:
     """One delivery, as handed to ``Gate.submit_batch``."""

@@ -1,0 +1,125 @@
+"""The asyncio client: :class:`oncegate.Gate` on ``grpc.aio``.
+
+Same methods, arguments, return types and exceptions as the synchronous
+client, each a coroutine::
+
+    from oncegate.aio import Gate
+    from oncegate import GateError
+
+    async with Gate("127.0.0.1:50051") as gate:
+        decision = await gate.submit(award_id=..., submission_timestamp=...,
+                                     payload=..., amount_cents=...)
+        # ack the broker now (CLAIMED or DUPLICATE); on GateError do not ack.
+
+Create the client inside a running event loop (a ``grpc.aio`` channel belongs
+to the loop it was made on). One client serves any number of concurrent
+calls; cancelling a task cancels its call (the sidecar still finishes a
+transaction it has started, and the redelivery learns the outcome).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import grpc
+import grpc.aio
+
+from . import _common
+from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem
+from .errors import (
+    DeadlineExceeded,
+    GateError,
+    InvalidSubmission,
+    KeyReused,
+    ResourceExhausted,
+    Retryable,
+    Unavailable,
+    from_rpc_error,
+)
+from .key import Payload
+from .types import Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
+
+__all__ = [
+    "Gate",
+    "DEFAULT_TARGET",
+    "DEFAULT_TIMEOUT",
+    # The same types and exceptions as `oncegate`, for one-import use.
+    "Decision",
+    "Disbursement",
+    "Outcome",
+    "ServingStatus",
+    "Submission",
+    "Tier",
+    "GateError",
+    "InvalidSubmission",
+    "KeyReused",
+    "Retryable",
+    "Unavailable",
+    "ResourceExhausted",
+    "DeadlineExceeded",
+]
+
+
+class Gate(_common.GateBase):
+    """Asyncio client for ``oncegate.v1.Gate``; see :class:`oncegate.Gate`.
+
+    ``Gate(target="127.0.0.1:50051", *, channel=None, credentials=None,
+    timeout=10.0, options=None)``; ``channel`` is a ``grpc.aio.Channel``.
+    Use ``async with``, or ``await gate.close()``.
+    """
+
+    _grpc = grpc.aio
+
+    # -- RPCs ---------------------------------------------------------------
+
+    async def submit(
+        self,
+        award_id: str,
+        submission_timestamp: str,
+        payload: Payload,
+        amount_cents: int,
+        idempotency_key: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Decision:
+        """Decide one delivery. Returns CLAIMED or DUPLICATE; raises GateError."""
+        request = _common.submit_request(
+            award_id, submission_timestamp, payload, amount_cents, idempotency_key
+        )
+        return _common.decision(await self._call(self._stub.Submit, request, timeout))
+
+    async def submit_batch(
+        self, submissions: Iterable[BatchItem], *, timeout: float | None = None
+    ) -> list[Decision | GateError]:
+        """One result per item, in order; a per-item failure is *returned* as a
+        GateError instance, a failure of the whole call is raised."""
+        request = _common.submit_batch_request(submissions)
+        return _common.batch_results(await self._call(self._stub.SubmitBatch, request, timeout))
+
+    async def lookup(self, idempotency_key: str, *, timeout: float | None = None) -> Decision | None:
+        """The stored result for a key (outcome DUPLICATE), or None if not found."""
+        request = _common.lookup_request(idempotency_key)
+        return _common.lookup_result(await self._call(self._stub.Lookup, request, timeout))
+
+    async def health(self, service: str = "", *, timeout: float | None = None) -> ServingStatus:
+        """``grpc.health.v1.Health/Check`` (``""``: the whole server)."""
+        request = _common.health_request(service)
+        return _common.serving_status(await self._call(self._health_check, request, timeout))
+
+    # -- plumbing -----------------------------------------------------------
+
+    async def _call(self, method, request, timeout: float | None):
+        try:
+            return await method(request, timeout=self._deadline(timeout))
+        except grpc.RpcError as exc:  # grpc.aio.AioRpcError
+            raise from_rpc_error(exc) from exc
+
+    async def close(self) -> None:
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Gate:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
