@@ -5,12 +5,18 @@
 //! event is published again; the event id lets the broker (JetStream's
 //! `Nats-Msg-Id`) or the consumer drop the repeat.
 //!
-//! A failed publish postpones that event and the rest of its award's events
-//! in the batch by a backoff (`ONCEGATE_RELAY_RETRY_BACKOFF`, 100 ms,
-//! doubling, at most the lease), and no
-//! later event of that award is leased meanwhile, so an award's events go out
-//! in sequence order; after `max_attempts` failures the event is quarantined
-//! and the award's events flow again.
+//! Two kinds of failure, told apart by the sink ([`PublishError`]):
+//! - the broker **rejects** an event: that event and the rest of its award's
+//!   events in the batch are postponed by a backoff
+//!   (`ONCEGATE_RELAY_RETRY_BACKOFF`, 100 ms, doubling, at most the lease),
+//!   no later event of that award is leased meanwhile, so an award's events
+//!   go out in sequence order; after `max_attempts` rejections the event is
+//!   quarantined and the award's events flow again;
+//! - the broker is **unreachable** or times out: an outage, not the event's
+//!   fault. No attempt is spent; the rest of the batch is postponed, the
+//!   relay pauses with a growing backoff (breaker state
+//!   `oncegate_relay_breaker_state`, one log line per transition) and
+//!   resumes by itself, in per-award order, when the broker answers again.
 
 pub mod log;
 pub mod nats;
@@ -30,8 +36,27 @@ use std::time::Duration;
 pub trait Sink: Send + Sync {
     fn name(&self) -> &'static str;
     /// Publishes one event; `Ok` only once the broker has it.
-    async fn publish(&self, event: &OutboxEvent) -> Result<(), String>;
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError>;
 }
+
+/// Why a publish failed: the sink decides, because only it knows its
+/// broker's errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// The broker answered and refused this event (counts toward quarantine).
+    #[error("rejected by the broker: {0}")]
+    Rejected(String),
+    /// The broker could not be reached or did not answer in time: an
+    /// outage, the event is not at fault.
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// How long a sink waits for its broker before calling it unavailable.
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest pause between probes of an unreachable broker.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The configured sink, parsed from `ONCEGATE_RELAY_SINK`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,23 +138,80 @@ pub struct RelaySettings {
 pub struct StepReport {
     pub leased: usize,
     pub published: usize,
+    /// Events the broker rejected (attempts spent).
     pub failed: usize,
     pub quarantined: usize,
+    /// Events held back because the broker was unreachable (no attempt spent).
+    pub deferred: usize,
+}
+
+/// The relay's view of its broker: reachable, or paused by an outage.
+#[derive(Debug, Default)]
+struct Outage {
+    /// Set while the broker is unreachable: when the outage began, and the
+    /// current pause between probes.
+    since: Option<(tokio::time::Instant, Duration)>,
 }
 
 pub struct Relay {
     store: Arc<dyn Store>,
     sink: Arc<dyn Sink>,
     settings: RelaySettings,
+    outage: std::sync::Mutex<Outage>,
 }
 
 impl Relay {
     pub fn new(store: Arc<dyn Store>, sink: Arc<dyn Sink>, settings: RelaySettings) -> Self {
+        metrics::gauge!("oncegate_relay_breaker_state", "sink" => sink.name()).set(0.0);
         Self {
             store,
             sink,
             settings,
+            outage: Default::default(),
         }
+    }
+
+    /// True while the broker is considered unreachable.
+    pub fn is_paused(&self) -> bool {
+        self.lock_outage().since.is_some()
+    }
+
+    fn lock_outage(&self) -> std::sync::MutexGuard<'_, Outage> {
+        self.outage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the broker answered: ends an outage (one log line).
+    fn broker_answered(&self) {
+        let mut outage = self.lock_outage();
+        if let Some((since, _)) = outage.since.take() {
+            metrics::gauge!("oncegate_relay_breaker_state", "sink" => self.sink.name()).set(0.0);
+            tracing::info!(
+                sink = self.sink.name(),
+                outage_ms = since.elapsed().as_millis() as u64,
+                "broker reachable again; relay resumed"
+            );
+        }
+    }
+
+    /// Records an unreachable broker; returns how long to pause.
+    fn broker_unreachable(&self, error: &str) -> Duration {
+        let mut outage = self.lock_outage();
+        let pause = match outage.since {
+            Some((since, pause)) => {
+                let next = (pause * 2).min(MAX_OUTAGE_BACKOFF);
+                outage.since = Some((since, next));
+                next
+            }
+            None => {
+                let first = self.settings.retry_backoff.max(Duration::from_millis(10));
+                outage.since = Some((tokio::time::Instant::now(), first));
+                metrics::gauge!("oncegate_relay_breaker_state", "sink" => self.sink.name()).set(1.0);
+                metrics::counter!("oncegate_relay_outages_total", "sink" => self.sink.name()).increment(1);
+                tracing::warn!(sink = self.sink.name(), error = %error, "broker unreachable; relay paused, no attempts spent");
+                first
+            }
+        };
+        pause
     }
 
     /// Leases a batch. Exposed so tests can stop between publish and mark.
@@ -140,10 +222,12 @@ impl Relay {
     }
 
     /// Publishes leased events in order; returns the ids published and the
-    /// report. Nothing is marked. A failed event and the rest of its award's
-    /// events in this batch are postponed together by a backoff, so they are
-    /// retried in order (the lease query keeps later events of that award
-    /// back meanwhile).
+    /// report. Nothing is marked. A rejected event and the rest of its
+    /// award's events in this batch are postponed together by a backoff, so
+    /// they are retried in order (the lease query keeps later events of that
+    /// award back meanwhile). An unreachable broker ends the batch: the
+    /// events not yet published are postponed by the outage pause, with no
+    /// attempt spent.
     pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(Vec<uuid::Uuid>, StepReport), StoreError> {
         let mut report = StepReport {
             leased: events.len(),
@@ -153,31 +237,33 @@ impl Relay {
         let mut postponed = Vec::new();
         let mut retry_after = Duration::ZERO;
         let mut published = Vec::with_capacity(events.len());
-        for event in events {
+        for (i, event) in events.iter().enumerate() {
             if held_back.contains(event.award_id.as_str()) {
                 postponed.push(event.event_id);
                 continue;
             }
-            let Err(error) = self.sink.publish(event).await else {
-                published.push(event.event_id);
-                continue;
-            };
-            report.failed += 1;
-            metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name())
-                .increment(1);
-            let backoff = self.backoff(event.attempts + 1);
-            let quarantined = self
-                .store
-                .record_publish_failure(event.event_id, &error, self.settings.max_attempts, backoff)
-                .await?;
-            if quarantined {
-                report.quarantined += 1;
-                metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
-                tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated publish failures");
-            } else {
-                held_back.insert(event.award_id.as_str());
-                retry_after = retry_after.max(backoff);
-                tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, retry_in_ms = backoff.as_millis() as u64, error = %error, "publish failed; the award's events will be retried in order");
+            match self.sink.publish(event).await {
+                Ok(()) => {
+                    self.broker_answered();
+                    published.push(event.event_id);
+                }
+                Err(PublishError::Unavailable(error)) => {
+                    metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name(), "kind" => "unavailable").increment(1);
+                    let pause = self.broker_unreachable(&error);
+                    let rest: Vec<uuid::Uuid> = events[i..].iter().map(|e| e.event_id).collect();
+                    report.deferred = rest.len();
+                    postponed.extend(rest);
+                    retry_after = retry_after.max(pause);
+                    break;
+                }
+                Err(PublishError::Rejected(error)) => {
+                    self.broker_answered();
+                    report.failed += 1;
+                    if let Some(backoff) = self.rejected(event, &error, &mut report).await? {
+                        held_back.insert(event.award_id.as_str());
+                        retry_after = retry_after.max(backoff);
+                    }
+                }
             }
         }
         if !postponed.is_empty() {
@@ -185,6 +271,30 @@ impl Relay {
         }
         report.published = published.len();
         Ok((published, report))
+    }
+
+    /// Records a rejection; returns the backoff, or `None` once the event is
+    /// quarantined.
+    async fn rejected(
+        &self,
+        event: &OutboxEvent,
+        error: &str,
+        report: &mut StepReport,
+    ) -> Result<Option<Duration>, StoreError> {
+        metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name(), "kind" => "rejected").increment(1);
+        let backoff = self.backoff(event.attempts + 1);
+        let quarantined = self
+            .store
+            .record_publish_failure(event.event_id, error, self.settings.max_attempts, backoff)
+            .await?;
+        if quarantined {
+            report.quarantined += 1;
+            metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
+            tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated rejections");
+            return Ok(None);
+        }
+        tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, retry_in_ms = backoff.as_millis() as u64, error = %error, "publish rejected; the award's events will be retried in order");
+        Ok(Some(backoff))
     }
 
     /// Retry delay after the `attempt`-th failure: the base backoff
@@ -217,6 +327,14 @@ impl Relay {
         let mut backoff = Duration::from_millis(100);
         while !stop.is_requested() {
             let busy = match self.step().await {
+                Ok(r) if r.deferred > 0 => {
+                    let pause = self.lock_outage().since.map(|(_, p)| p).unwrap_or(backoff);
+                    tokio::select! {
+                        _ = stop.requested() => {}
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    continue;
+                }
                 Ok(r) => {
                     backoff = Duration::from_millis(100);
                     r.leased as i64 == self.settings.batch && r.failed == 0

@@ -1,7 +1,7 @@
 //! Log sink, for local use: one INFO line per event (no submission payload
 //! exists in events; this logs only their identifiers).
 
-use super::Sink;
+use super::{PublishError, Sink};
 use crate::store::OutboxEvent;
 use async_trait::async_trait;
 
@@ -13,7 +13,7 @@ impl Sink for LogSink {
         "log"
     }
 
-    async fn publish(&self, event: &OutboxEvent) -> Result<(), String> {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         tracing::info!(event_id = %event.event_id, event_type = %event.event_type, award_id = %event.award_id, sequence = event.sequence, "outbox event");
         Ok(())
     }

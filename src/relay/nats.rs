@@ -2,7 +2,7 @@
 //! to the event id and waits for the stream's ack, so JetStream's duplicate
 //! window drops a relay's retries.
 
-use super::Sink;
+use super::{PUBLISH_TIMEOUT, PublishError, Sink};
 use crate::store::OutboxEvent;
 use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
@@ -47,7 +47,7 @@ impl Sink for JetStreamSink {
         "nats"
     }
 
-    async fn publish(&self, event: &OutboxEvent) -> Result<(), String> {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
         headers.insert("Oncegate-Award-Id", event.award_id.as_str());
@@ -56,11 +56,24 @@ impl Sink for JetStreamSink {
             .context
             .publish_with_headers(self.subject.clone(), headers, event.payload.clone().into())
             .await
-            .map_err(|e| e.to_string())?;
-        tokio::time::timeout(Duration::from_secs(5), ack)
+            .map_err(|e| classify(&e))?;
+        tokio::time::timeout(PUBLISH_TIMEOUT, ack)
             .await
-            .map_err(|_| "timed out waiting for the JetStream ack".to_string())?
+            .map_err(|_| PublishError::Unavailable("timed out waiting for the JetStream ack".into()))?
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| classify(&e))
+    }
+}
+
+/// JetStream refusing the message (its API error: too large, wrong last
+/// id…) is a rejection; a timeout, a broken connection, a missing stream or
+/// a full ack window is an outage (not the event's fault).
+fn classify(e: &async_nats::jetstream::context::PublishError) -> PublishError {
+    use async_nats::jetstream::context::PublishErrorKind as K;
+    match e.kind() {
+        K::TimedOut | K::BrokenPipe | K::StreamNotFound | K::MaxAckPending => {
+            PublishError::Unavailable(e.to_string())
+        }
+        _ => PublishError::Rejected(e.to_string()),
     }
 }

@@ -1,6 +1,6 @@
 //! Redis Streams sink: `XADD <stream> MAXLEN ~ N * event_id … sequence … data …`.
 
-use super::Sink;
+use super::{PUBLISH_TIMEOUT, PublishError, Sink};
 use crate::store::OutboxEvent;
 use async_trait::async_trait;
 use fred::prelude::*;
@@ -18,7 +18,7 @@ impl RedisStreamSink {
         use anyhow::Context;
         let config = Config::from_url(url).context("ONCEGATE_RELAY_SINK is not a valid Redis URL")?;
         let client = Builder::from_config(config)
-            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+            .with_performance_config(|p| p.default_command_timeout = PUBLISH_TIMEOUT)
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .build()?;
         let _connection = client.connect();
@@ -37,7 +37,7 @@ impl Sink for RedisStreamSink {
         "redis"
     }
 
-    async fn publish(&self, event: &OutboxEvent) -> Result<(), String> {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         let fields: MultipleOrderedPairs = vec![
             ("event_id", event.event_id.to_string()),
             ("type", event.event_type.clone()),
@@ -46,14 +46,43 @@ impl Sink for RedisStreamSink {
             ("data", event.payload.clone()),
         ]
         .try_into()
-        .map_err(|e: fred::error::Error| e.to_string())?;
+        .map_err(|e: fred::error::Error| PublishError::Rejected(e.to_string()))?;
         let cap: XCap = (XCapKind::MaxLen, XCapTrim::AlmostExact, self.maxlen, None)
             .try_into()
-            .map_err(|e: fred::error::Error| e.to_string())?;
-        self.client
-            .xadd::<String, _, _, _, _>(&self.stream, false, cap, "*", fields)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e: fred::error::Error| PublishError::Rejected(e.to_string()))?;
+        // Fail fast while disconnected: an outage is known at once instead of
+        // after the command timeout, and the relay pauses.
+        let options = Options {
+            fail_fast: true,
+            timeout: Some(PUBLISH_TIMEOUT),
+            ..Default::default()
+        };
+        let client = self.client.with_options(&options);
+        let added = client.xadd::<String, _, _, _, _>(&self.stream, false, cap, "*", fields);
+        match tokio::time::timeout(PUBLISH_TIMEOUT, added).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(PublishError::Unavailable(format!(
+                "no answer from Redis within {PUBLISH_TIMEOUT:?}"
+            ))),
+        }
+    }
+}
+
+/// A reply from Redis refusing the command (WRONGTYPE, OOM, a script
+/// error…) is a rejection; anything about reaching Redis is an outage.
+fn classify(e: &fred::error::Error) -> PublishError {
+    use fred::error::ErrorKind as K;
+    match e.kind() {
+        K::IO
+        | K::Timeout
+        | K::Canceled
+        | K::Backpressure
+        | K::Cluster
+        | K::Routing
+        | K::Sentinel
+        | K::Auth
+        | K::Tls => PublishError::Unavailable(e.to_string()),
+        _ => PublishError::Rejected(e.to_string()),
     }
 }

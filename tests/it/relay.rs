@@ -25,6 +25,7 @@ on_both_stores!(
     jetstream_drops_the_republished_event_by_msg_id,
     poison_event_is_quarantined_while_other_awards_flow,
     failed_publishes_are_retried_in_award_order,
+    a_broker_outage_pauses_the_relay_without_spending_attempts,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -704,4 +705,105 @@ async fn failed_publishes_are_retried_in_award_order(kind: Kind) {
     assert_award_order(&entries, &awards, 5);
     app.shutdown().await;
     delete_key(&stream).await;
+}
+
+/// Redis (the sink) goes away for longer than `max_attempts` retries would
+/// last: the relay pauses (breaker open, one log line), spends no attempts,
+/// quarantines nothing, and when Redis is back publishes everything by
+/// itself, in per-award order.
+async fn a_broker_outage_pauses_the_relay_without_spending_attempts(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let stream = unique("og-it-outage-");
+    let awards = ["AWD-U1", "AWD-U2"];
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    for i in 0..3 {
+        for award in awards {
+            let s = submission(award, TS, format!("{award}-{i}").as_bytes(), 100);
+            c.submit(s).await.unwrap();
+        }
+    }
+    let mut broker = ThrowawayRedis::start().await;
+    let sink = Arc::new(
+        RedisStreamSink::connect(&broker.url(), &stream, 1_000_000)
+            .await
+            .expect("redis sink"),
+    );
+    let relay = Relay::new(
+        db.open().await,
+        sink,
+        RelaySettings {
+            retry_backoff: Duration::from_millis(20),
+            ..relay_settings("it-outage", 100, Duration::from_secs(5), 2)
+        },
+    );
+    broker.stop().await;
+    // Four times as many probes as max_attempts (2) would allow, each after
+    // the previous postponement ran out.
+    let mut probes = 0;
+    let started = std::time::Instant::now();
+    while probes < 8 {
+        let r = relay.step().await.unwrap();
+        assert_eq!(
+            (r.failed, r.quarantined, r.published),
+            (0, 0, 0),
+            "an outage is not a rejection: {r:?}"
+        );
+        if r.deferred > 0 {
+            assert_eq!(r.deferred, 6, "the whole batch waits");
+            probes += 1;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the relay stopped probing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(relay.is_paused(), "breaker open");
+    let spent = db
+        .scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR quarantined_at IS NOT NULL")
+        .await;
+    assert_eq!(spent, 0, "no attempts spent, nothing quarantined");
+    assert_eq!(
+        metric(
+            &app.metrics().await,
+            "oncegate_relay_breaker_state{sink=\"redis\"}"
+        ),
+        Some(1.0)
+    );
+
+    broker.restart().await;
+    let s = stream.clone();
+    let url = broker.url();
+    let drained = eventually(Duration::from_secs(40), || {
+        let (relay, s, url) = (&relay, s.clone(), url.clone());
+        async move {
+            relay.step().await.unwrap();
+            xrange_at(&url, &s).await.len() >= 6
+        }
+    })
+    .await;
+    assert!(
+        drained,
+        "published after the outage: {}",
+        xrange_at(&broker.url(), &stream).await.len()
+    );
+    assert!(!relay.is_paused(), "breaker closed again");
+    let entries = xrange_at(&broker.url(), &stream).await;
+    assert_eq!(entries.len(), 6, "each event once");
+    assert_award_order(&entries, &awards, 3);
+    app.shutdown().await;
+}
+
+/// The whole stream on another Redis, oldest first.
+async fn xrange_at(url: &str, stream: &str) -> Vec<Entry> {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    if client.init().await.is_err() {
+        return Vec::new();
+    }
+    let entries: Vec<(String, Entry)> = client.xrange(stream, "-", "+", None).await.unwrap_or_default();
+    let _ = client.quit().await;
+    entries.into_iter().map(|(_, fields)| fields).collect()
 }
