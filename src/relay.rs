@@ -196,7 +196,7 @@ impl Relay {
     /// Records an unreachable broker; returns how long to pause.
     fn broker_unreachable(&self, error: &str) -> Duration {
         let mut outage = self.lock_outage();
-        let pause = match outage.since {
+        match outage.since {
             Some((since, pause)) => {
                 let next = (pause * 2).min(MAX_OUTAGE_BACKOFF);
                 outage.since = Some((since, next));
@@ -210,8 +210,7 @@ impl Relay {
                 tracing::warn!(sink = self.sink.name(), error = %error, "broker unreachable; relay paused, no attempts spent");
                 first
             }
-        };
-        pause
+        }
     }
 
     /// Leases a batch. Exposed so tests can stop between publish and mark.
