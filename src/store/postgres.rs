@@ -41,23 +41,46 @@ const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// Without the session timeouts: for migrations, which may rightly
+    /// take long (an index on a large table).
+    migration_options: PgConnectOptions,
     listener: Mutex<Option<PgListener>>,
 }
 
 impl PostgresStore {
     /// A lazily connecting pool: the sidecar starts (and answers cached
     /// duplicates) even while Postgres is down.
-    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url)
+    ///
+    /// Every pooled session gets `lock_timeout`, `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`, so one stuck row lock fails
+    /// its transaction instead of stalling the instance, and server-side TCP
+    /// keepalives, so a session whose client vanished (a half-open
+    /// connection holding a lock) is ended by the server.
+    pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
+        let migration_options = PgConnectOptions::from_str(&settings.url)
             .map_err(|e| StoreError::Other(format!("invalid DATABASE_URL: {e}")))?
             .application_name("oncegate");
+        let ms = |d: Duration| d.as_millis().to_string();
+        let keepalive = settings.tcp_keepalive.as_secs().max(1);
+        let options = migration_options.clone().options([
+            ("lock_timeout", ms(settings.lock_timeout)),
+            ("statement_timeout", ms(settings.statement_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                ms(settings.idle_in_transaction_timeout),
+            ),
+            ("tcp_keepalives_idle", keepalive.to_string()),
+            ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
+            ("tcp_keepalives_count", "3".to_string()),
+        ]);
         let pool = PgPoolOptions::new()
-            .max_connections(pool_size.max(1))
+            .max_connections(settings.pool_size.max(1))
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options);
         Ok(Self {
             pool,
+            migration_options,
             listener: Mutex::new(None),
         })
     }
@@ -108,7 +131,14 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(self.migration_options.clone())
+            .await?;
+        let result = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        result.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
             other => StoreError::Other(format!("migration failed: {other}")),
         })
