@@ -245,10 +245,12 @@ impl TlsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RelaySettingsArgs {
-    /// Where outbox events go: `none`, `log`, `redis://…` (Streams) or `nats://…` (JetStream).
+    /// Where outbox events go: `none`, `log`, `redis://…` (Streams), `nats://…` (JetStream)
+    /// or `amqp://…` (RabbitMQ, publisher confirms).
     #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
     pub relay_sink: SinkSpec,
-    /// Redis stream key, or JetStream stream name.
+    /// Redis stream key, JetStream stream name, or AMQP exchange (durable, topic;
+    /// routing key = the event type).
     #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
     pub relay_stream: String,
     /// JetStream subject events are published on (and the stream captures).
@@ -279,11 +281,12 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
 }
 
 impl RelaySettingsArgs {
-    /// The sink to connect.
-    pub fn sink(&self) -> SinkSettings {
+    /// The sink to connect; `owner` names the broker connection.
+    pub fn sink(&self, owner: &str) -> SinkSettings {
         SinkSettings {
             spec: self.relay_sink.clone(),
             stream: self.relay_stream.clone(),
+            connection_name: format!("oncegate-relay {owner}"),
             subject: self.relay_subject.clone(),
             stream_maxlen: self.relay_stream_maxlen,
         }
@@ -444,7 +447,7 @@ impl ServeArgs {
                 batch: 500,
                 flush_interval: self.audit_flush_interval,
             },
-            sink: self.relay.sink(),
+            sink: self.relay.sink(&instance),
             relay: self.relay.relay(&instance)?,
             purge_interval: self.retention.purge_interval,
             limits: Limits {
