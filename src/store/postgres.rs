@@ -45,6 +45,54 @@ pub struct PostgresStore {
     /// take long (an index on a large table).
     migration_options: PgConnectOptions,
     listener: Mutex<Option<PgListener>>,
+    /// Wakes this instance's relay after a commit that wrote outbox rows.
+    outbox_written: tokio::sync::Notify,
+    /// Other processes' relays are told by a `pg_notify` outside the claim
+    /// transaction, at most one in flight and one per [`NOTIFY_INTERVAL`].
+    notifier: Arc<OutboxNotifier>,
+}
+
+/// Shortest time between two cross-process outbox notifications.
+const NOTIFY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Coalesces "new outbox rows" into few `pg_notify` calls, each its own
+/// tiny transaction: NOTIFY serialises committing transactions in Postgres,
+/// so it must never ride in a claim transaction.
+#[derive(Default)]
+struct OutboxNotifier {
+    in_flight: std::sync::atomic::AtomicBool,
+    /// Set when rows were written while a notification was in flight.
+    again: std::sync::atomic::AtomicBool,
+}
+
+impl OutboxNotifier {
+    fn poke(self: &Arc<Self>, pool: &PgPool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.again.store(true, SeqCst);
+        if self.in_flight.swap(true, SeqCst) {
+            return;
+        }
+        let (me, pool) = (self.clone(), pool.clone());
+        // Notifies while asked to, then ends by itself; at shutdown at most
+        // one notification is lost, which the relays' polling covers.
+        tokio::spawn(async move {
+            loop {
+                while me.again.swap(false, SeqCst) {
+                    let sent = sqlx::query("SELECT pg_notify($1, '')").bind(OUTBOX_CHANNEL).execute(&pool).await;
+                    if let Err(e) = sent {
+                        tracing::debug!(error = %e, "outbox notification failed; relays poll");
+                    }
+                    tokio::time::sleep(NOTIFY_INTERVAL).await;
+                }
+                me.in_flight.store(false, SeqCst);
+                // A poke between the last check and the store above found
+                // the flag still set and left; take over its request.
+                if !me.again.load(SeqCst) || me.in_flight.swap(true, SeqCst) {
+                    return;
+                }
+            }
+        });
+    }
 }
 
 impl PostgresStore {
@@ -82,6 +130,8 @@ impl PostgresStore {
             pool,
             migration_options,
             listener: Mutex::new(None),
+            outbox_written: tokio::sync::Notify::new(),
+            notifier: Arc::default(),
         })
     }
 
@@ -157,6 +207,10 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
+        if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
+            self.outbox_written.notify_waiters();
+            self.notifier.poke(&self.pool);
+        }
         Ok(outcomes)
     }
 
@@ -395,7 +449,12 @@ impl Store for PostgresStore {
         Some((self.pool.size(), self.pool.num_idle()))
     }
 
+    /// Wakes on this instance's own commits (in-process), on another
+    /// process's `pg_notify`, or after `timeout` (polling).
     async fn wait_for_outbox(&self, timeout: Duration) {
+        let own = self.outbox_written.notified();
+        tokio::pin!(own);
+        own.as_mut().enable();
         let mut guard = self.listener.lock().await;
         if guard.is_none() {
             match PgListener::connect_with(&self.pool).await {
@@ -406,20 +465,18 @@ impl Store for PostgresStore {
                 Err(e) => tracing::debug!(error = %e, "outbox listener connect failed; polling"),
             }
         }
-        match guard.as_mut() {
-            Some(l) => match tokio::time::timeout(timeout, l.recv()).await {
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "outbox listener lost; polling");
-                    *guard = None;
-                    drop(guard);
-                    tokio::time::sleep(timeout).await;
-                }
+        let Some(listener) = guard.as_mut() else {
+            drop(guard);
+            let _ = tokio::time::timeout(timeout, own).await;
+            return;
+        };
+        tokio::select! {
+            _ = &mut own => {}
+            _ = tokio::time::sleep(timeout) => {}
+            received = listener.recv() => if let Err(e) = received {
+                tracing::debug!(error = %e, "outbox listener lost; polling");
+                *guard = None;
             },
-            None => {
-                drop(guard);
-                tokio::time::sleep(timeout).await;
-            }
         }
     }
 }
