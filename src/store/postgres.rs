@@ -78,7 +78,10 @@ impl OutboxNotifier {
         tokio::spawn(async move {
             loop {
                 while me.again.swap(false, SeqCst) {
-                    let sent = sqlx::query("SELECT pg_notify($1, '')").bind(OUTBOX_CHANNEL).execute(&pool).await;
+                    let sent = sqlx::query("SELECT pg_notify($1, '')")
+                        .bind(OUTBOX_CHANNEL)
+                        .execute(&pool)
+                        .await;
                     if let Err(e) = sent {
                         tracing::debug!(error = %e, "outbox notification failed; relays poll");
                     }
