@@ -33,7 +33,7 @@ impl AmqpSink {
     /// Connects and declares the exchange; the error says which step failed.
     pub async fn connect(url: &str, exchange: &str, connection_name: &str) -> anyhow::Result<Self> {
         let sink = Self {
-            url: url.to_string(),
+            url: default_vhost(url),
             exchange: exchange.to_string(),
             connection_name: connection_name.to_string(),
             link: Mutex::new(None),
@@ -118,6 +118,16 @@ impl AmqpSink {
     }
 }
 
+/// `amqp://host/` names the empty vhost in the AMQP URI spec, which no
+/// broker has; people mean the default vhost `/` (as most clients read
+/// it), so the empty path becomes `%2f`.
+pub fn default_vhost(url: &str) -> String {
+    match url.strip_suffix('/') {
+        Some(base) if base.matches('/').count() == 2 => format!("{base}/%2f"),
+        _ => url.to_string(),
+    }
+}
+
 #[async_trait]
 impl Sink for AmqpSink {
     fn name(&self) -> &'static str {
@@ -147,5 +157,18 @@ impl Sink for AmqpSink {
             *link = None;
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_vhost;
+
+    #[test]
+    fn an_empty_vhost_means_the_default_one() {
+        assert_eq!(default_vhost("amqp://u:p@h:5672/"), "amqp://u:p@h:5672/%2f");
+        assert_eq!(default_vhost("amqp://h:5672"), "amqp://h:5672");
+        assert_eq!(default_vhost("amqp://h/prod"), "amqp://h/prod");
+        assert_eq!(default_vhost("amqp://h/%2f"), "amqp://h/%2f");
     }
 }

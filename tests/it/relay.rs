@@ -808,7 +808,9 @@ async fn xrange_at(url: &str, stream: &str) -> Vec<Entry> {
 }
 
 pub fn amqp_url() -> String {
-    std::env::var("ONCEGATE_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    let url = std::env::var("ONCEGATE_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/".into());
+    oncegate::relay::amqp::default_vhost(&url)
 }
 
 /// Closes, from the broker's side, every AMQP connection whose client
