@@ -284,8 +284,8 @@ async fn purge(settings: StoreSettings, policy: RetentionPolicy) -> anyhow::Resu
     let report = Retention::new(store, policy).step().await.context("purging")?;
     if report.ran {
         println!(
-            "purged claims={} audit={} outbox={}",
-            report.claims_deleted, report.audit_deleted, report.outbox_deleted
+            "purged claims={} audit={} outbox={} effects={}",
+            report.claims_deleted, report.audit_deleted, report.outbox_deleted, report.effects_deleted
         );
     } else {
         println!("skipped: another instance is purging");

@@ -47,6 +47,7 @@ pub mod audit;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod effects;
 pub mod error;
 pub mod gate;
 pub mod group_commit;
@@ -62,7 +63,7 @@ pub mod store;
 pub mod submission;
 pub mod time_fmt;
 
-/// Generated from `proto/oncegate/v1/gate.proto`.
+/// Generated from `proto/oncegate/v1/gate.proto` and `effects.proto`.
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("oncegate.v1");

@@ -200,6 +200,38 @@ impl RedisTier {
             .await;
     }
 
+    /// Reads a value stored by [`RedisTier::store_value`] under `{prefix}{key}`
+    /// (effect records; callers choose keys no claim key can be).
+    pub async fn get_value(&self, key: &str) -> Option<String> {
+        if !self.breaker.allow() {
+            return None;
+        }
+        let v: Option<Option<String>> = self
+            .call("get", self.client.get::<Option<String>, _>(self.redis_key(key)))
+            .await;
+        v.flatten()
+    }
+
+    /// Stores `value` under `{prefix}{key}` for `ttl` (at least a second).
+    pub async fn store_value(&self, key: &str, value: String, ttl: Duration) {
+        if !self.breaker.allow() {
+            return;
+        }
+        let ttl = ttl.as_secs().max(1) as i64;
+        let _: Option<()> = self
+            .call(
+                "store",
+                self.client.set::<(), _, _>(
+                    self.redis_key(key),
+                    value,
+                    Some(Expiration::EX(ttl)),
+                    None,
+                    false,
+                ),
+            )
+            .await;
+    }
+
     /// Closes the connection (shutdown).
     pub async fn quit(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.client.quit()).await;

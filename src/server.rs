@@ -1,5 +1,8 @@
 //! The gRPC service `oncegate.v1.Gate`: admission (in-flight limit), the
-//! caller's deadline, and the mapping between the wire and the gate.
+//! caller's deadline, and the mapping between the wire and the gate;
+//! `server/effects`: the same for `oncegate.v1.Effects`.
+
+pub mod effects;
 
 use crate::error::GateError;
 use crate::gate::{Decided, Gate, Tier};
@@ -106,11 +109,15 @@ fn decision(d: &Decided) -> pb::Decision {
             recorded_at: crate::time_fmt::rfc3339(r.disbursement.recorded_at),
             sequence: r.disbursement.sequence,
         }),
-        decided_by: match d.tier {
-            Tier::LocalCache => pb::Tier::LocalCache,
-            Tier::Redis => pb::Tier::Redis,
-            Tier::Database => pb::Tier::Database,
-        } as i32,
+        decided_by: wire_tier(d.tier) as i32,
+    }
+}
+
+fn wire_tier(tier: Tier) -> pb::Tier {
+    match tier {
+        Tier::LocalCache => pb::Tier::LocalCache,
+        Tier::Redis => pb::Tier::Redis,
+        Tier::Database => pb::Tier::Database,
     }
 }
 
