@@ -22,6 +22,7 @@ on_both_stores!(
     release_lets_the_next_begin_acquire_at_once_and_every_transition_is_audited,
     bad_input_is_refused_naming_the_field_and_writes_nothing,
     records_past_retention_are_purged_in_batches,
+    the_effect_subcommands_begin_complete_release_and_get,
 );
 
 async fn effects_client(addr: std::net::SocketAddr) -> EffectsClient<Channel> {
@@ -655,4 +656,89 @@ async fn records_past_retention_are_purged_in_batches(kind: Kind) {
         2,
         "the young and the completed stay"
     );
+}
+
+fn oncegate(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(args)
+        .env_clear()
+        .output()
+        .expect("run oncegate");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `oncegate effect begin|complete|release|get` against the real server
+/// and store.
+async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let target = format!("http://{}", app.addr);
+    let record = ["--namespace", "cli", "--key", "k-7"];
+    let begin_args = [
+        &["effect", "begin", "--target", &target][..],
+        &record,
+        &["--request", "pay 5"],
+    ]
+    .concat();
+    let token_of = |out: &str| {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("lease_token="))
+            .expect("a token")
+            .to_string()
+    };
+    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    assert!(ok && out.starts_with("ACQUIRED attempt=1"), "{out}{err}");
+    let first = token_of(&out);
+    let release_args = [
+        &["effect", "release", "--target", &target][..],
+        &record,
+        &["--lease-token", &first, "--reason", "no"],
+    ]
+    .concat();
+    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&release_args));
+    assert!(ok && out.starts_with("RELEASED"), "{out}{err}");
+    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    assert!(ok && out.starts_with("ACQUIRED attempt=2"), "{out}");
+    let second = token_of(&out);
+    let complete_args = [
+        &["effect", "complete", "--target", &target][..],
+        &record,
+        &["--lease-token", &second, "--response", "receipt 42"],
+    ]
+    .concat();
+    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&complete_args));
+    assert!(ok && out.starts_with("COMPLETED completed_at="), "{out}{err}");
+    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    assert!(
+        ok && out.starts_with("COMPLETED attempt=2") && out.contains("receipt 42"),
+        "{out}"
+    );
+    let (ok, _, err) = tokio::task::block_in_place(|| oncegate(&complete_args));
+    assert!(ok, "a repeated Complete is answered: {err}");
+    let stale = [
+        &["effect", "release", "--target", &target][..],
+        &record,
+        &["--lease-token", "0000"],
+    ]
+    .concat();
+    let (ok, _, err) = tokio::task::block_in_place(|| oncegate(&stale));
+    assert!(!ok && err.contains("FailedPrecondition"), "{err}");
+    app.shutdown().await;
+    let get_args = [&["effect", "get", "--database-url", &db.url][..], &record].concat();
+    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&get_args));
+    assert!(
+        ok && out.starts_with("COMPLETED attempt=2") && out.contains("receipt 42"),
+        "{out}{err}"
+    );
+    let missing = [
+        &["effect", "get", "--database-url", &db.url][..],
+        &["--namespace", "cli", "--key", "nope"],
+    ]
+    .concat();
+    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&missing));
+    assert!(!ok && out.contains("not found"));
 }
