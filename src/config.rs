@@ -571,7 +571,8 @@ impl ServeArgs {
         format!(
             "store={} redis={} listen={} health_listen={} metrics_listen={} tls={} mtls={} \
              l1_bytes={} l1_ttl={:?} group_commit_max_batch={} group_commit_workers={} \
-             max_in_flight={} relay_sink={} retention={} pool={}",
+             max_in_flight={} relay_sink={} retention={} pool={} effects_cache_ttl={} \
+             effects_namespace_ttl={:?}",
             mask_url(&self.store.url()),
             self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
@@ -587,6 +588,8 @@ impl ServeArgs {
             self.relay.relay_sink,
             humantime::format_duration(self.retention.retention),
             self.store.db_pool_size,
+            humantime::format_duration(self.effects.effects_cache_ttl),
+            self.effects.effects_namespace_ttl,
         )
     }
 }

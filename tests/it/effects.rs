@@ -251,19 +251,22 @@ async fn a_crashed_holders_lease_expires_and_its_token_is_fenced(kind: Kind) {
     let lease = acquired(
         begin(
             &mut ch,
-            begin_req("pay", "inv-9", b"wire $5", Duration::from_secs(2)),
+            begin_req("pay", "inv-9", b"wire $5", Duration::from_secs(5)),
         )
         .await
         .unwrap(),
     );
-    let provider_calls = 1; // the provider was called with key inv-9 here
+    // Here the holder has called the provider with key inv-9; it dies
+    // before Complete.
     holder.kill().await;
     let app = TestApp::spawn(serve_args(&db)).await;
     let mut c = effects_client(app.addr).await;
     let early = c
         .begin(with_deadline(
             begin_req("pay", "inv-9", b"wire $5", TTL),
-            Duration::from_millis(300),
+            // Long enough that the server's answer (100 ms before the
+            // deadline) beats the client's own timer under load.
+            Duration::from_secs(1),
         ))
         .await
         .expect_err("the lease is still live");
@@ -278,7 +281,10 @@ async fn a_crashed_holders_lease_expires_and_its_token_is_fenced(kind: Kind) {
         again.attempt, 2,
         "attempt > 1: ask the provider before acting again"
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "woken by the expiry, within the deadline"
+    );
     assert_ne!(again.lease_token, lease.lease_token);
     let stale = complete(&mut c, "pay", "inv-9", &lease.lease_token, b"late")
         .await
@@ -293,7 +299,6 @@ async fn a_crashed_holders_lease_expires_and_its_token_is_fenced(kind: Kind) {
         .await
         .unwrap();
     app.shutdown().await;
-    assert_eq!(provider_calls, 1);
     assert_eq!(audit_count(&db, "pay", "effect_retaken").await, 1);
     let detail = db
         .scalar("SELECT count(*) FROM audit_log WHERE decision = 'effect_retaken' AND detail LIKE '%lease expired%'")
