@@ -153,32 +153,16 @@ impl RedisTier {
 
     /// Reads a stored result without leasing (for `Lookup`).
     pub async fn get(&self, key: &str) -> Option<StoredResult> {
-        if !self.breaker.allow() {
-            return None;
-        }
-        let v: Option<Option<String>> = self
-            .call("get", self.client.get::<Option<String>, _>(self.redis_key(key)))
-            .await;
-        v.flatten().as_deref().and_then(decode).filter(|r| r.key == key)
+        self.get_value(key)
+            .await
+            .as_deref()
+            .and_then(decode)
+            .filter(|r| r.key == key)
     }
 
     /// Stores a committed result for the dedup window (replacing any token).
     pub async fn store_result(&self, result: &StoredResult) {
-        if !self.breaker.allow() {
-            return;
-        }
-        let ttl = self.settings.dedup_ttl.as_secs().max(1) as i64;
-        let _: Option<()> = self
-            .call(
-                "store",
-                self.client.set::<(), _, _>(
-                    self.redis_key(&result.key),
-                    encode(result),
-                    Some(Expiration::EX(ttl)),
-                    None,
-                    false,
-                ),
-            )
+        self.store_value(&result.key, encode(result), self.settings.dedup_ttl)
             .await;
     }
 
@@ -200,8 +184,8 @@ impl RedisTier {
             .await;
     }
 
-    /// Reads a value stored by [`RedisTier::store_value`] under `{prefix}{key}`
-    /// (effect records; callers choose keys no claim key can be).
+    /// Reads the value under `{prefix}{key}` (a result, a token, or an
+    /// effect record under a key no claim key can be).
     pub async fn get_value(&self, key: &str) -> Option<String> {
         if !self.breaker.allow() {
             return None;

@@ -31,16 +31,21 @@ impl GateService {
     }
 
     fn admit(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
-        self.in_flight
-            .clone()
-            .try_acquire_many_owned(n as u32)
-            .map_err(|_| {
-                GateError::Overloaded(format!(
-                    "more than {} requests in flight; retry with backoff",
-                    self.max_in_flight
-                ))
-            })
+        admit(&self.in_flight, n, self.max_in_flight)
     }
+}
+
+/// `n` permits of the in-flight limit, or `RESOURCE_EXHAUSTED`.
+fn admit(
+    in_flight: &Arc<Semaphore>,
+    n: usize,
+    max_in_flight: usize,
+) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
+    in_flight.clone().try_acquire_many_owned(n as u32).map_err(|_| {
+        GateError::Overloaded(format!(
+            "more than {max_in_flight} requests in flight; retry with backoff"
+        ))
+    })
 }
 
 /// Runs `work` to completion even if the caller gives up (a caller that goes

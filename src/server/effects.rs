@@ -2,7 +2,7 @@
 //! caller's deadline (a waiting `Begin` ends with `DEADLINE_EXCEEDED`), and
 //! the wire mapping.
 
-use super::{deadline_of, within_deadline};
+use super::{admit, deadline_of, within_deadline};
 use crate::effects::{Begun, Effects};
 use crate::error::GateError;
 use crate::pb;
@@ -27,22 +27,16 @@ impl EffectsService {
     }
 
     fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
-        self.in_flight.clone().try_acquire_owned().map_err(|_| {
-            GateError::Overloaded(format!(
-                "more than {} effect calls in flight; retry with backoff",
-                self.max_in_flight
-            ))
-        })
+        admit(&self.in_flight, 1, self.max_in_flight)
     }
 }
 
 fn observe<T>(method: &'static str, start: Instant, result: &Result<T, GateError>) {
-    let label = match result {
-        Ok(_) => "ok",
-        Err(e) => e.label(),
-    };
-    metrics::histogram!("oncegate_request_duration_seconds", "method" => method, "result" => label)
-        .record(start.elapsed().as_secs_f64());
+    super::observe(
+        method,
+        start,
+        result.as_ref().map_or_else(GateError::label, |_| "ok"),
+    );
 }
 
 fn begin_response(b: Begun) -> pb::BeginResponse {
