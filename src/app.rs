@@ -310,7 +310,8 @@ impl App {
             health_service.clone(),
         );
         let grpc = grpc_server(
-            (self.gate, self.effects),
+            self.gate,
+            self.effects,
             &self.config.server,
             self.tls,
             self.grpc,
@@ -433,7 +434,8 @@ fn spawn_endpoints(
 
 /// The gRPC server: Gate, Effects, health and reflection, until `stop`.
 fn grpc_server(
-    (gate, effects): (Arc<Gate>, Arc<Effects>),
+    gate: Arc<Gate>,
+    effects: Arc<Effects>,
     limits: &ServerLimits,
     tls: Option<ServerTlsConfig>,
     listener: TcpListener,

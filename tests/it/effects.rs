@@ -132,6 +132,24 @@ async fn a_completed_record_is_answered_by_every_tier(kind: Kind) {
     let a = TestApp::spawn(with_redis(serve_args(&db), &redis.url(), &prefix)).await;
     let b = TestApp::spawn(with_redis(serve_args(&db), &redis.url(), &prefix)).await;
     let (mut ca, mut cb) = (effects_client(a.addr).await, effects_client(b.addr).await);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", a.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "oncegate.v1.Effects".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
     let lease = acquired(
         begin(&mut ca, begin_req("pay", "k-1", b"req", TTL))
             .await
