@@ -309,6 +309,7 @@ impl App {
             self.health,
             health_service.clone(),
         );
+        let effects = self.effects.clone();
         let grpc = grpc_server(
             self.gate,
             self.effects,
@@ -329,6 +330,9 @@ impl App {
         };
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
         set_serving(&health_reporter, false).await;
+        // Begins waiting on another holder's lease would hold the drain up to
+        // the grace; they end now (UNAVAILABLE: retry elsewhere).
+        effects.stop_waiting();
         drain(&shutdown, server, self.workers, deadline).await;
         shutdown.advance(Phase::Stopped);
         tasks

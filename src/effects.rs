@@ -88,6 +88,8 @@ pub struct Effects {
     audit: AuditQueue,
     settings: EffectsSettings,
     waiters: Waiters,
+    /// True from the start of the drain: waiting Begins give up.
+    draining: tokio::sync::watch::Sender<bool>,
     instance: Arc<str>,
 }
 
@@ -107,8 +109,15 @@ impl Effects {
             audit,
             settings,
             waiters: Waiters::default(),
+            draining: tokio::sync::watch::Sender::new(false),
             instance,
         }
+    }
+
+    /// Ends every waiting `Begin` with `UNAVAILABLE` (the drain has begun;
+    /// another instance, or this one after its restart, will answer).
+    pub fn stop_waiting(&self) {
+        self.draining.send_replace(true);
     }
 
     /// `Begin`: the stored response, or the lease; waits for a live lease
@@ -144,6 +153,7 @@ impl Effects {
             return Ok(answer);
         }
         let mut first = true;
+        let mut draining = self.draining.subscribe();
         loop {
             let subscription = self.waiters.subscribe(&req.id);
             let woken = subscription.notify.notified();
@@ -172,6 +182,9 @@ impl Effects {
                 _ = &mut woken => {}
                 _ = tokio::time::sleep(nap) => {}
                 _ = timeout => return Err(GateError::DeadlineExceeded),
+                _ = draining.wait_for(|d| *d) => return Err(GateError::Unavailable(
+                    "the sidecar is shutting down; retry (another holder's lease was still live)".into(),
+                )),
             }
         }
     }

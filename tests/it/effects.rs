@@ -23,6 +23,7 @@ on_both_stores!(
     bad_input_is_refused_naming_the_field_and_writes_nothing,
     records_past_retention_are_purged_in_batches,
     the_effect_subcommands_begin_complete_release_and_get,
+    a_waiting_begin_ends_when_its_sidecar_drains,
 );
 
 async fn effects_client(addr: std::net::SocketAddr) -> EffectsClient<Channel> {
@@ -764,4 +765,31 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
     .concat();
     let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&missing));
     assert!(!ok && out.contains("not found"));
+}
+
+/// SIGTERM's drain does not wait out another holder's lease: a waiting Begin
+/// ends with UNAVAILABLE (retry elsewhere) and the drain finishes at once.
+async fn a_waiting_begin_ends_when_its_sidecar_drains(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let holder = TestApp::spawn(serve_args(&db)).await;
+    let draining = TestApp::spawn(serve_args(&db)).await;
+    let mut ch = effects_client(holder.addr).await;
+    acquired(begin(&mut ch, begin_req("pay", "d-1", b"r", TTL)).await.unwrap());
+    let mut cw = effects_client(draining.addr).await;
+    let waiting = tokio::spawn(async move { begin(&mut cw, begin_req("pay", "d-1", b"r", TTL)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "waits for the live lease");
+    let started = std::time::Instant::now();
+    draining.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = waiting
+        .await
+        .unwrap()
+        .expect_err("no answer from a draining sidecar");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    holder.shutdown().await;
 }
