@@ -21,7 +21,8 @@
 //! until the caller's deadline (`DEADLINE_EXCEEDED`); never an "in progress"
 //! error. The wait ends when the caller goes away (the handler is dropped),
 //! so no lease is taken for a caller that is no longer there; each store
-//! transaction runs in a task of its own and is never cut short.
+//! transaction runs in a task of its own and is never cut short. When the
+//! drain begins, waiting Begins end with `UNAVAILABLE`.
 
 mod cache;
 mod request;
