@@ -5,7 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     // sqlx::migrate! embeds migrations/ at compile time.
     println!("cargo:rerun-if-changed=migrations");
-    let fds = protox::compile(["oncegate/v1/gate.proto"], ["proto"])?;
+    let fds = protox::compile(["oncegate/v1/gate.proto", "oncegate/v1/effects.proto"], ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(
         out.join("oncegate_descriptor.bin"),

@@ -7,6 +7,7 @@
 
 use crate::audit::{AuditFlusher, AuditQueue, AuditSettings};
 use crate::cache::{CacheSettings, LocalCache};
+use crate::effects::{EffectCache, Effects, EffectsSettings};
 use crate::error::{ConfigError, StoreError};
 use crate::gate::Gate;
 use crate::group_commit::{Committer, GroupCommitSettings};
@@ -16,6 +17,7 @@ use crate::relay::{Relay, RelaySettings, SinkSettings};
 use crate::retention::Retention;
 use crate::secret::mask_url;
 use crate::server::GateService;
+use crate::server::effects::EffectsService;
 use crate::shutdown::{Phase, Shutdown, Stop, Tasks, unexpected_exit};
 use crate::store::{self, ClaimContext, RetentionPolicy, Store, StoreSettings};
 use crate::submission::Limits;
@@ -58,6 +60,7 @@ pub struct AppConfig {
     pub purge_interval: Duration,
     pub limits: Limits,
     pub server: ServerLimits,
+    pub effects: EffectsSettings,
 }
 
 /// PEM files for TLS on the gRPC listener; a client CA makes it mTLS.
@@ -80,6 +83,7 @@ pub struct App {
     config: AppConfig,
     store: Arc<dyn Store>,
     gate: Arc<Gate>,
+    effects: Arc<Effects>,
     redis: Option<Arc<RedisTier>>,
     workers: JoinSet<()>,
     flusher: AuditFlusher,
@@ -171,6 +175,23 @@ fn load_tls(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
     Ok(tls)
 }
 
+/// The effects service's tiers (DESIGN §9): its own L1, the shared L2.
+fn effects(
+    config: &AppConfig,
+    store: Arc<dyn Store>,
+    redis: Option<Arc<RedisTier>>,
+    audit: AuditQueue,
+) -> Effects {
+    Effects::new(
+        store,
+        EffectCache::new(config.effects.l1_capacity_bytes),
+        redis,
+        audit,
+        config.effects.clone(),
+        config.instance.clone(),
+    )
+}
+
 impl App {
     /// Opens the store, connects the tiers and the relay sink, reads the TLS
     /// files and binds every listener. Fails (with context) before anything
@@ -202,6 +223,7 @@ impl App {
             config.audit.flush_interval,
         );
         let l1 = LocalCache::new(config.cache.capacity_bytes, config.cache.ttl);
+        let effects = effects(&config, store.clone(), redis.clone(), audit.clone());
         let gate = Gate::new(
             store.clone(),
             l1,
@@ -221,6 +243,7 @@ impl App {
             config,
             store,
             gate: Arc::new(gate),
+            effects: Arc::new(effects),
             redis,
             workers,
             flusher,
@@ -286,8 +309,10 @@ impl App {
             self.health,
             health_service.clone(),
         );
+        let effects = self.effects.clone();
         let grpc = grpc_server(
             self.gate,
+            self.effects,
             &self.config.server,
             self.tls,
             self.grpc,
@@ -305,6 +330,9 @@ impl App {
         };
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
         set_serving(&health_reporter, false).await;
+        // Begins waiting on another holder's lease would hold the drain up to
+        // the grace; they end now (UNAVAILABLE: retry elsewhere).
+        effects.stop_waiting();
         drain(&shutdown, server, self.workers, deadline).await;
         shutdown.advance(Phase::Stopped);
         tasks
@@ -408,9 +436,10 @@ fn spawn_endpoints(
     }
 }
 
-/// The gRPC server: Gate, health and reflection, until `stop`.
+/// The gRPC server: Gate, Effects, health and reflection, until `stop`.
 fn grpc_server(
     gate: Arc<Gate>,
+    effects: Arc<Effects>,
     limits: &ServerLimits,
     tls: Option<ServerTlsConfig>,
     listener: TcpListener,
@@ -433,6 +462,8 @@ fn grpc_server(
         limits.max_batch_items,
     ))
     .max_decoding_message_size(limits.max_message_bytes);
+    let effects = pb::effects_server::EffectsServer::new(EffectsService::new(effects, limits.max_in_flight))
+        .max_decoding_message_size(limits.max_message_bytes);
     let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
         size_limit_is_resource_exhausted as fn(_) -> _,
     ));
@@ -444,6 +475,7 @@ fn grpc_server(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
+        .add_service(effects)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.into_future()))
 }
 
@@ -470,13 +502,16 @@ fn size_limit_is_resource_exhausted(
 
 async fn set_serving(reporter: &HealthReporter, serving: bool) {
     type GateSvc = pb::gate_server::GateServer<GateService>;
+    type EffectsSvc = pb::effects_server::EffectsServer<EffectsService>;
     if serving {
         reporter.set_serving::<GateSvc>().await;
+        reporter.set_serving::<EffectsSvc>().await;
         reporter
             .set_service_status("", tonic_health::ServingStatus::Serving)
             .await;
     } else {
         reporter.set_not_serving::<GateSvc>().await;
+        reporter.set_not_serving::<EffectsSvc>().await;
         reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;

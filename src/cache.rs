@@ -13,7 +13,7 @@ use std::time::Duration;
 /// about 110 MiB of real memory (1,000,000 keys, `scripts/bench --memory`),
 /// about 1.7 times the charge; 680 charges what an entry really takes, so the
 /// byte budget is a real bound on memory.
-const ENTRY_OVERHEAD: u32 = 680;
+pub(crate) const ENTRY_OVERHEAD: u32 = 680;
 
 /// L1 settings.
 #[derive(Debug, Clone, Copy)]

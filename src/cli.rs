@@ -3,9 +3,11 @@
 //!
 //! - `serve`, `migrate`, `purge`, `relay`: here;
 //! - `key`: here; `submit`, `lookup` (calls to a running sidecar): [`remote`];
+//! - `effect begin|complete|release|get` (DESIGN §9 records): [`effect`];
 //! - `bench` (the load generator and its echo yardstick): [`bench`].
 
 pub mod bench;
+pub mod effect;
 pub mod remote;
 
 use crate::app::{App, AppConfig};
@@ -49,6 +51,8 @@ pub enum Command {
     Submit(remote::SubmitArgs),
     /// Look up the stored result of a key on a running sidecar.
     Lookup(remote::LookupArgs),
+    /// Effects outside the ledger: begin, complete or release a record on a running sidecar, or get it from the store.
+    Effect(effect::EffectArgs),
     /// Load generator: drive a running sidecar, report throughput and latency, check the ledger.
     Bench(Box<bench::BenchArgs>),
     /// Run the retention purge once and exit.
@@ -115,6 +119,7 @@ pub enum Job {
     Key(KeyArgs),
     Submit(remote::SubmitArgs),
     Lookup(remote::LookupArgs),
+    Effect(effect::EffectJob),
     Bench(Box<bench::BenchArgs>),
     Purge(StoreSettings, RetentionPolicy),
     Relay {
@@ -162,6 +167,7 @@ impl Command {
             Self::Key(args) => Job::Key(args),
             Self::Submit(args) => Job::Submit(args),
             Self::Lookup(args) => Job::Lookup(args),
+            Self::Effect(args) => Job::Effect(args.resolve(TOOL_POOL)?),
             Self::Bench(args) => {
                 args.check()?;
                 Job::Bench(args)
@@ -189,6 +195,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
         Job::Key(args) => key(args),
         Job::Submit(args) => remote::submit(args).await,
         Job::Lookup(args) => remote::lookup(args).await,
+        Job::Effect(job) => effect::run(job).await,
         Job::Bench(args) => bench::run(*args).await,
         Job::Purge(store, policy) => purge(store, policy).await,
         Job::Relay {
@@ -284,8 +291,8 @@ async fn purge(settings: StoreSettings, policy: RetentionPolicy) -> anyhow::Resu
     let report = Retention::new(store, policy).step().await.context("purging")?;
     if report.ran {
         println!(
-            "purged claims={} audit={} outbox={}",
-            report.claims_deleted, report.audit_deleted, report.outbox_deleted
+            "purged claims={} audit={} outbox={} effects={}",
+            report.claims_deleted, report.audit_deleted, report.outbox_deleted, report.effects_deleted
         );
     } else {
         println!("skipped: another instance is purging");
@@ -438,6 +445,30 @@ mod tests {
                 .0
                 .contains("ONCEGATE_APP_ROLE")
         );
+    }
+
+    #[test]
+    fn effects_cache_windows_are_set_per_namespace() {
+        let Ok(Job::Serve { config, .. }) = resolve(&[
+            "oncegate",
+            "serve",
+            "--effects-namespace-ttl",
+            "payments=1h, notices=10m",
+            "--effects-cache-ttl",
+            "2h",
+        ]) else {
+            panic!("resolves")
+        };
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(config.effects.ttl_for("payments"), hour);
+        assert_eq!(config.effects.ttl_for("notices"), hour / 6);
+        assert_eq!(config.effects.ttl_for("other"), hour * 2);
+        for bad in ["Pay=1h", "payments", "payments=soon", "a=1h,a=2h", "a=0s"] {
+            let err = resolve(&["oncegate", "serve", "--effects-namespace-ttl", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} refused"));
+            assert!(err.0.contains("ONCEGATE_EFFECTS_NAMESPACE_TTL"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use crate::app::{AppConfig, ServerLimits, TlsFiles};
 use crate::audit::AuditSettings;
 use crate::cache::CacheSettings;
+use crate::effects::EffectsSettings;
 use crate::error::ConfigError;
 use crate::group_commit::GroupCommitSettings;
 use crate::redis_tier::RedisSettings;
@@ -215,6 +216,72 @@ pub struct ServeArgs {
     pub retention: RetentionArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub effects: EffectsArgs,
+}
+
+/// Effects outside the ledger (DESIGN §9): the caches' dedup window.
+#[derive(Debug, Clone, Args)]
+pub struct EffectsArgs {
+    /// How long a completed effect record stays in Redis (and, at most
+    /// ONCEGATE_L1_TTL, in L1), unless its namespace has its own window.
+    #[arg(long, env = "ONCEGATE_EFFECTS_CACHE_TTL", default_value = "1day", value_parser = humantime::parse_duration)]
+    pub effects_cache_ttl: Duration,
+    /// Per-namespace cache windows: `namespace=duration,…`, e.g. `payments=1h,notices=10m`.
+    #[arg(long, env = "ONCEGATE_EFFECTS_NAMESPACE_TTL", default_value = "")]
+    pub effects_namespace_ttl: String,
+    /// How often a waiting Begin re-reads a record whose lease is held on
+    /// another instance (this instance's own completions wake it at once).
+    #[arg(long, env = "ONCEGATE_EFFECTS_POLL", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub effects_poll: Duration,
+    /// The effects L1's byte budget.
+    #[arg(long, env = "ONCEGATE_EFFECTS_L1_CAPACITY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub effects_l1_capacity_bytes: u64,
+}
+
+impl EffectsArgs {
+    /// The effects settings; `l1_ttl` caps a record's time in L1.
+    pub fn settings(&self, l1_ttl: Duration) -> Result<EffectsSettings, ConfigError> {
+        if self.effects_cache_ttl.is_zero() {
+            return Err(ConfigError::new(
+                "ONCEGATE_EFFECTS_CACHE_TTL must be greater than 0",
+            ));
+        }
+        if self.effects_poll < Duration::from_millis(1) {
+            return Err(ConfigError::new("ONCEGATE_EFFECTS_POLL must be at least 1ms"));
+        }
+        Ok(EffectsSettings {
+            cache_ttl: self.effects_cache_ttl,
+            namespace_ttl: parse_namespace_ttl(&self.effects_namespace_ttl)?,
+            l1_ttl,
+            poll: self.effects_poll,
+            l1_capacity_bytes: self.effects_l1_capacity_bytes,
+        })
+    }
+}
+
+/// `ns=1h,ns2=10m` → each namespace's window; the error names the setting
+/// and the entry.
+fn parse_namespace_ttl(spec: &str) -> Result<std::collections::HashMap<String, Duration>, ConfigError> {
+    let bad = |entry: &str, why: String| {
+        ConfigError(format!(
+            "ONCEGATE_EFFECTS_NAMESPACE_TTL entry {entry:?}: {why} (expected namespace=duration,…)"
+        ))
+    };
+    let mut out = std::collections::HashMap::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (ns, ttl) = entry.split_once('=').ok_or_else(|| bad(entry, "no '='".into()))?;
+        let ns = ns.trim();
+        crate::effects::validate_namespace(ns).map_err(|e| bad(entry, e.to_string()))?;
+        let ttl = humantime::parse_duration(ttl.trim()).map_err(|e| bad(entry, e.to_string()))?;
+        if ttl.is_zero() {
+            return Err(bad(entry, "the window must be greater than 0".into()));
+        }
+        if out.insert(ns.to_string(), ttl).is_some() {
+            return Err(bad(entry, "namespace given twice".into()));
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Args)]
@@ -458,6 +525,7 @@ impl ServeArgs {
                 max_batch_items: self.max_batch_items,
                 max_message_bytes: self.max_message_bytes,
             },
+            effects: self.effects.settings(self.l1_ttl)?,
             instance,
         })
     }
@@ -506,7 +574,8 @@ impl ServeArgs {
         format!(
             "store={} redis={} listen={} health_listen={} metrics_listen={} tls={} mtls={} \
              l1_bytes={} l1_ttl={:?} group_commit_max_batch={} group_commit_workers={} \
-             max_in_flight={} relay_sink={} retention={} pool={}",
+             max_in_flight={} relay_sink={} retention={} pool={} effects_cache_ttl={} \
+             effects_namespace_ttl={:?}",
             mask_url(&self.store.url()),
             self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
@@ -522,6 +591,8 @@ impl ServeArgs {
             self.relay.relay_sink,
             humantime::format_duration(self.retention.retention),
             self.store.db_pool_size,
+            humantime::format_duration(self.effects.effects_cache_ttl),
+            self.effects.effects_namespace_ttl,
         )
     }
 }

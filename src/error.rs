@@ -29,6 +29,16 @@ pub enum GateError {
     /// A key reused with a different award id, amount or payload.
     #[error("idempotency key reused with a different submission")]
     KeyReused,
+    /// An effect's key reused with a different request (DESIGN §9).
+    #[error("idempotency key reused with a different request")]
+    RequestMismatch,
+    /// The lease token is not the current lease's: it expired and was taken
+    /// by another attempt, was released, or never existed.
+    #[error("lease lost: the token does not hold this record's current lease")]
+    LeaseLost,
+    /// Complete repeated under the same token with another response.
+    #[error("already completed under this lease with a different response")]
+    ResponseConflict,
     /// The authoritative store cannot be reached; retry later.
     #[error("{0}")]
     Unavailable(String),
@@ -55,7 +65,9 @@ impl GateError {
     pub fn code(&self) -> Code {
         match self {
             Self::InvalidArgument(_) => Code::InvalidArgument,
-            Self::KeyReused => Code::FailedPrecondition,
+            Self::KeyReused | Self::RequestMismatch | Self::LeaseLost | Self::ResponseConflict => {
+                Code::FailedPrecondition
+            }
             Self::Unavailable(_) => Code::Unavailable,
             Self::Overloaded(_) | Self::TooLarge(_) => Code::ResourceExhausted,
             Self::DeadlineExceeded => Code::DeadlineExceeded,
@@ -68,6 +80,9 @@ impl GateError {
         match self {
             Self::InvalidArgument(_) => "invalid_argument",
             Self::KeyReused => "key_reused",
+            Self::RequestMismatch => "request_mismatch",
+            Self::LeaseLost => "lease_lost",
+            Self::ResponseConflict => "response_conflict",
             Self::Unavailable(_) => "unavailable",
             Self::Overloaded(_) => "overloaded",
             Self::TooLarge(_) => "too_large",

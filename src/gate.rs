@@ -281,6 +281,9 @@ fn clone_error(e: &GateError) -> GateError {
     match e {
         GateError::InvalidArgument(m) => GateError::InvalidArgument(m.clone()),
         GateError::KeyReused => GateError::KeyReused,
+        GateError::RequestMismatch => GateError::RequestMismatch,
+        GateError::LeaseLost => GateError::LeaseLost,
+        GateError::ResponseConflict => GateError::ResponseConflict,
         GateError::Unavailable(m) => GateError::Unavailable(m.clone()),
         GateError::Overloaded(m) => GateError::Overloaded(m.clone()),
         GateError::TooLarge(m) => GateError::TooLarge(m.clone()),

@@ -335,6 +335,26 @@ mod tests {
             unimplemented!()
         }
         async fn wait_for_outbox(&self, _: Duration) {}
+        async fn effect_begin(&self, _: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+            unimplemented!()
+        }
+        async fn effect_complete(
+            &self,
+            _: &effect::Fence<'_>,
+            _: &[u8],
+        ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
+            unimplemented!()
+        }
+        async fn effect_release(
+            &self,
+            _: &effect::Fence<'_>,
+            _: &str,
+        ) -> Result<FencedOutcome<()>, StoreError> {
+            unimplemented!()
+        }
+        async fn effect_get(&self, _: &str, _: &str) -> Result<Option<EffectRecord>, StoreError> {
+            unimplemented!()
+        }
     }
 
     fn item(award: &str) -> Submission {

@@ -12,14 +12,20 @@
 //! (flags and environment → each component's settings type) → the
 //! components, which never import clap or `config`.
 //!
-//! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/bench`.
+//! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/effect`
+//!   (`effect begin|complete|release|get`), `cli/bench`.
 //! - [`config`]: shared argument groups → [`app::AppConfig`], [`store::StoreSettings`],
 //!   [`relay::RelaySettings`], … **A new setting** goes here (the flag) and
 //!   into its component's settings type (the value).
 //! - [`app`]: `App::build` (binds everything) and `run_until_shutdown`;
 //!   [`shutdown`]: the drain's phases and the named background tasks.
-//! - [`server`]: the gRPC service (admission, deadlines, wire mapping).
+//! - [`server`]: the gRPC service (admission, deadlines, wire mapping);
+//!   `server/effects` for `oncegate.v1.Effects`.
 //! - [`gate`]: the tier decision L1 → L2 → store, and its invariant.
+//! - [`effects`]: effects outside the ledger (DESIGN §9): idempotency records
+//!   behind the same tiers and invariant, leases fenced in the store, the
+//!   waiting `Begin`; `effects/request` (validation), `effects/cache` (its L1).
+//!   Store side: `store/effect` (row types) and `effect.rs` in each backend.
 //! - [`submission`]: validation; [`key`]: key derivation and fingerprints.
 //! - [`cache`]: L1, in-process moka; [`redis_tier`]: L2, leases and results.
 //! - [`group_commit`]: concurrent claims coalesced into one transaction,
@@ -47,6 +53,7 @@ pub mod audit;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod effects;
 pub mod error;
 pub mod gate;
 pub mod group_commit;
@@ -62,7 +69,7 @@ pub mod store;
 pub mod submission;
 pub mod time_fmt;
 
-/// Generated from `proto/oncegate/v1/gate.proto`.
+/// Generated from `proto/oncegate/v1/gate.proto` and `effects.proto`.
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("oncegate.v1");

@@ -120,6 +120,19 @@ fn describe() {
         "oncegate_purge_deleted_total",
         "Rows removed by retention, by table"
     );
+    describe_counter!(
+        "oncegate_effects_total",
+        "Effect calls (DESIGN §9) by namespace and outcome: acquired, retaken, answered (Begin \
+         answered with the stored response), completed, released, and refusals by reason"
+    );
+    describe_counter!(
+        "oncegate_effect_answers_total",
+        "Begin calls answered with a completed record, by namespace and tier"
+    );
+    describe_histogram!(
+        "oncegate_effect_begin_duration_seconds",
+        "Begin latency by namespace, waiting for another holder included"
+    );
     describe_gauge!(
         "oncegate_purge_lag_seconds",
         "How far the oldest claim is past retention"

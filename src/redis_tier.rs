@@ -153,32 +153,16 @@ impl RedisTier {
 
     /// Reads a stored result without leasing (for `Lookup`).
     pub async fn get(&self, key: &str) -> Option<StoredResult> {
-        if !self.breaker.allow() {
-            return None;
-        }
-        let v: Option<Option<String>> = self
-            .call("get", self.client.get::<Option<String>, _>(self.redis_key(key)))
-            .await;
-        v.flatten().as_deref().and_then(decode).filter(|r| r.key == key)
+        self.get_value(key)
+            .await
+            .as_deref()
+            .and_then(decode)
+            .filter(|r| r.key == key)
     }
 
     /// Stores a committed result for the dedup window (replacing any token).
     pub async fn store_result(&self, result: &StoredResult) {
-        if !self.breaker.allow() {
-            return;
-        }
-        let ttl = self.settings.dedup_ttl.as_secs().max(1) as i64;
-        let _: Option<()> = self
-            .call(
-                "store",
-                self.client.set::<(), _, _>(
-                    self.redis_key(&result.key),
-                    encode(result),
-                    Some(Expiration::EX(ttl)),
-                    None,
-                    false,
-                ),
-            )
+        self.store_value(&result.key, encode(result), self.settings.dedup_ttl)
             .await;
     }
 
@@ -195,6 +179,38 @@ impl RedisTier {
                     RELEASE_SCRIPT,
                     vec![self.redis_key(key)],
                     vec![token.to_string()],
+                ),
+            )
+            .await;
+    }
+
+    /// Reads the value under `{prefix}{key}` (a result, a token, or an
+    /// effect record under a key no claim key can be).
+    pub async fn get_value(&self, key: &str) -> Option<String> {
+        if !self.breaker.allow() {
+            return None;
+        }
+        let v: Option<Option<String>> = self
+            .call("get", self.client.get::<Option<String>, _>(self.redis_key(key)))
+            .await;
+        v.flatten()
+    }
+
+    /// Stores `value` under `{prefix}{key}` for `ttl` (at least a second).
+    pub async fn store_value(&self, key: &str, value: String, ttl: Duration) {
+        if !self.breaker.allow() {
+            return;
+        }
+        let ttl = ttl.as_secs().max(1) as i64;
+        let _: Option<()> = self
+            .call(
+                "store",
+                self.client.set::<(), _, _>(
+                    self.redis_key(key),
+                    value,
+                    Some(Expiration::EX(ttl)),
+                    None,
+                    false,
                 ),
             )
             .await;

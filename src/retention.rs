@@ -47,6 +47,8 @@ impl Retention {
                 .increment(report.audit_deleted);
             metrics::counter!("oncegate_purge_deleted_total", "table" => "outbox")
                 .increment(report.outbox_deleted);
+            metrics::counter!("oncegate_purge_deleted_total", "table" => "effects")
+                .increment(report.effects_deleted);
             let lag = report
                 .oldest_claim_age
                 .map(|age| age.saturating_sub(self.policy.retention))
@@ -56,6 +58,7 @@ impl Retention {
                 claims = report.claims_deleted,
                 audit = report.audit_deleted,
                 outbox = report.outbox_deleted,
+                effects = report.effects_deleted,
                 "retention purge done"
             );
         } else {

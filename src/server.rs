@@ -1,5 +1,8 @@
 //! The gRPC service `oncegate.v1.Gate`: admission (in-flight limit), the
-//! caller's deadline, and the mapping between the wire and the gate.
+//! caller's deadline, and the mapping between the wire and the gate;
+//! `server/effects`: the same for `oncegate.v1.Effects`.
+
+pub mod effects;
 
 use crate::error::GateError;
 use crate::gate::{Decided, Gate, Tier};
@@ -28,16 +31,21 @@ impl GateService {
     }
 
     fn admit(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
-        self.in_flight
-            .clone()
-            .try_acquire_many_owned(n as u32)
-            .map_err(|_| {
-                GateError::Overloaded(format!(
-                    "more than {} requests in flight; retry with backoff",
-                    self.max_in_flight
-                ))
-            })
+        admit(&self.in_flight, n, self.max_in_flight)
     }
+}
+
+/// `n` permits of the in-flight limit, or `RESOURCE_EXHAUSTED`.
+fn admit(
+    in_flight: &Arc<Semaphore>,
+    n: usize,
+    max_in_flight: usize,
+) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
+    in_flight.clone().try_acquire_many_owned(n as u32).map_err(|_| {
+        GateError::Overloaded(format!(
+            "more than {max_in_flight} requests in flight; retry with backoff"
+        ))
+    })
 }
 
 /// Runs `work` to completion even if the caller gives up (a caller that goes
@@ -106,11 +114,15 @@ fn decision(d: &Decided) -> pb::Decision {
             recorded_at: crate::time_fmt::rfc3339(r.disbursement.recorded_at),
             sequence: r.disbursement.sequence,
         }),
-        decided_by: match d.tier {
-            Tier::LocalCache => pb::Tier::LocalCache,
-            Tier::Redis => pb::Tier::Redis,
-            Tier::Database => pb::Tier::Database,
-        } as i32,
+        decided_by: wire_tier(d.tier) as i32,
+    }
+}
+
+fn wire_tier(tier: Tier) -> pb::Tier {
+    match tier {
+        Tier::LocalCache => pb::Tier::LocalCache,
+        Tier::Redis => pb::Tier::Redis,
+        Tier::Database => pb::Tier::Database,
     }
 }
 

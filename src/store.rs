@@ -5,6 +5,7 @@
 //! row count decides), ledger row, running total with the per-award sequence,
 //! outbox event and audit row. Commit, then answer.
 
+pub mod effect;
 pub mod postgres;
 pub mod shared;
 pub mod sqlite;
@@ -12,6 +13,7 @@ pub mod sqlite;
 use crate::error::StoreError;
 use crate::submission::Submission;
 use async_trait::async_trait;
+pub use effect::{BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, FencedOutcome, Taken};
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -195,6 +197,16 @@ pub enum AuditDecision {
     Processed,
     Duplicate,
     Rejected,
+    /// An effect's lease taken: the first time, or after a release.
+    EffectAcquired,
+    /// An effect's response committed.
+    EffectCompleted,
+    /// An effect's lease given back (the reason in `detail`).
+    EffectReleased,
+    /// An effect's lease taken after the previous one expired.
+    EffectRetaken,
+    /// An effect's key reused with a different request.
+    EffectRejected,
 }
 
 impl AuditDecision {
@@ -203,6 +215,11 @@ impl AuditDecision {
             Self::Processed => "processed",
             Self::Duplicate => "duplicate",
             Self::Rejected => "rejected",
+            Self::EffectAcquired => "effect_acquired",
+            Self::EffectCompleted => "effect_completed",
+            Self::EffectReleased => "effect_released",
+            Self::EffectRetaken => "effect_retaken",
+            Self::EffectRejected => "effect_rejected",
         }
     }
 }
@@ -246,6 +263,8 @@ pub struct PurgeReport {
     pub claims_deleted: u64,
     pub audit_deleted: u64,
     pub outbox_deleted: u64,
+    /// Effect records (DESIGN §9) whose last change is older than retention.
+    pub effects_deleted: u64,
     /// Age of the oldest claim left, for the purge-lag metric.
     pub oldest_claim_age: Option<Duration>,
 }
@@ -399,6 +418,36 @@ pub trait Store: Send + Sync + 'static {
     /// Waits until an outbox insert is signalled or `timeout` passes.
     /// Backends without notifications just sleep (polling).
     async fn wait_for_outbox(&self, timeout: Duration);
+
+    // Effects outside the ledger (DESIGN §9): one record per namespace and
+    // key, its lease authoritative here. Each call is one transaction with
+    // its audit row (and, for Complete, its outbox event).
+
+    /// Takes the record's lease when it is new, released or expired (a
+    /// re-take bumps `attempt` and installs `begin.token` in one statement,
+    /// so two callers never both hold it); otherwise reports what holds it.
+    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError>;
+
+    /// Commits `response` if `fence.token` is the current lease's token, in
+    /// the statement that checks it, with the audit row and the
+    /// `effect.completed` outbox event. A repeat with the same token and
+    /// response answers the first completion.
+    async fn effect_complete(
+        &self,
+        fence: &effect::Fence<'_>,
+        response: &[u8],
+    ) -> Result<FencedOutcome<CompletedEffect>, StoreError>;
+
+    /// Releases the lease if `fence.token` is the current one (a repeat of
+    /// the same release is `Done`), audited with `reason`.
+    async fn effect_release(
+        &self,
+        fence: &effect::Fence<'_>,
+        reason: &str,
+    ) -> Result<FencedOutcome<()>, StoreError>;
+
+    /// The record as stored (read-only).
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError>;
 }
 
 /// Opens the store for its URL: `postgres://…` or `sqlite://path`.

@@ -219,7 +219,7 @@ fn is_rfc3339_date_time(b: &[u8]) -> bool {
     }
 }
 
-fn validate_producer_key(k: &str) -> Result<(), GateError> {
+pub(crate) fn validate_producer_key(k: &str) -> Result<(), GateError> {
     if k.is_empty() || k.len() > 128 {
         return Err(GateError::invalid(
             "idempotency_key must be 1 to 128 characters when set",

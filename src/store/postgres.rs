@@ -3,6 +3,7 @@
 //! the retention purge (one instance at a time, by advisory lock).
 
 mod claim;
+mod effect;
 
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
@@ -398,6 +399,8 @@ impl Store for PostgresStore {
         )
         .await?;
         report.audit_deleted = purge_audit(&mut conn, cutoff, policy.batch_size).await?;
+        report.effects_deleted =
+            delete_in_batches(&mut conn, effect::PURGE_SQL, cutoff, policy.batch_size).await?;
         report.outbox_deleted = delete_in_batches(
             &mut conn,
             "DELETE FROM outbox WHERE event_id IN ( \
@@ -481,6 +484,37 @@ impl Store for PostgresStore {
                 *guard = None;
             },
         }
+    }
+
+    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+        effect::begin(&self.pool, begin).await
+    }
+
+    async fn effect_complete(
+        &self,
+        fence: &super::effect::Fence<'_>,
+        response: &[u8],
+    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
+        let outcome = effect::complete(&self.pool, fence, response).await?;
+        if matches!(outcome, FencedOutcome::Done(_)) {
+            // An `effect.completed` event was written (or already was):
+            // wake the relays as a claim's commit does.
+            self.outbox_written.notify_waiters();
+            self.notifier.poke(&self.pool);
+        }
+        Ok(outcome)
+    }
+
+    async fn effect_release(
+        &self,
+        fence: &super::effect::Fence<'_>,
+        reason: &str,
+    ) -> Result<FencedOutcome<()>, StoreError> {
+        effect::release(&self.pool, fence, reason).await
+    }
+
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
+        effect::get(&self.pool, namespace, key).await
     }
 }
 

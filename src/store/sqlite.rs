@@ -7,6 +7,8 @@
 //! can interleave with a write transaction. The relay polls, and is woken
 //! in-process after each commit that wrote outbox rows.
 
+mod effect;
+
 use super::shared::{LEDGER_SUMMARY_SQL, event_json, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
@@ -507,6 +509,9 @@ impl Store for SqliteStore {
                 true,
             )
             .await?;
+        report.effects_deleted = self
+            .delete_in_batches(effect::PURGE_SQL, cutoff, policy.batch_size, false)
+            .await?;
         report.outbox_deleted = self
             .delete_in_batches(
                 "DELETE FROM outbox WHERE event_id IN ( \
@@ -547,6 +552,30 @@ impl Store for SqliteStore {
 
     async fn wait_for_outbox(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.outbox_written.notified()).await;
+    }
+
+    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+        self.begin_effect(begin).await
+    }
+
+    async fn effect_complete(
+        &self,
+        fence: &super::effect::Fence<'_>,
+        response: &[u8],
+    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
+        self.complete_effect(fence, response).await
+    }
+
+    async fn effect_release(
+        &self,
+        fence: &super::effect::Fence<'_>,
+        reason: &str,
+    ) -> Result<FencedOutcome<()>, StoreError> {
+        self.release_effect(fence, reason).await
+    }
+
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
+        self.get_effect(namespace, key).await
     }
 }
 

@@ -20,6 +20,7 @@ macro_rules! on_both_stores {
 
 mod chaos;
 mod cluster;
+mod effects;
 mod hardening;
 mod helpers;
 mod hostile;

@@ -563,6 +563,7 @@ async fn the_grant_function_grants_exactly_the_documented_privileges() {
         "outbox DELETE",
         "audit_log INSERT",
         "oncegate_retention_floor SELECT",
+        "effects UPDATE",
         "oncegate_purge_audit_rows(timestamp with time zone,integer) EXECUTE",
     ] {
         assert!(granted.iter().any(|g| g == expected), "{expected} in {granted:?}");

@@ -661,7 +661,7 @@ async fn purge_subcommand_purges_once_or_skips_while_another_instance_purges() {
 
     let (status, out) = run_purge(&db).await;
     assert!(status.success(), "{status:?}");
-    assert_eq!(out, "purged claims=1 audit=0 outbox=0");
+    assert_eq!(out, "purged claims=1 audit=0 outbox=0 effects=0");
     assert_eq!(db.counts().await.claims, 1);
 }
 

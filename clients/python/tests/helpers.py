@@ -4,6 +4,7 @@ that runs the asyncio client under the synchronous client's tests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import random
@@ -115,6 +116,20 @@ class BlockingAioGate:
             return self._loop.run(attr(*args, **kwargs))
 
         return call
+
+    @contextlib.contextmanager
+    def effect(self, *args, **kwargs):
+        """``async with aio.effect(...)`` driven on the loop thread, as a
+        ``with`` block here: the block itself runs in the caller's thread."""
+        manager = self.aio.effect(*args, **kwargs)
+        fx = self._loop.run(manager.__aenter__())
+        try:
+            yield fx
+        except BaseException as exc:
+            if not self._loop.run(manager.__aexit__(type(exc), exc, exc.__traceback__)):
+                raise
+        else:
+            self._loop.run(manager.__aexit__(None, None, None))
 
     def __enter__(self) -> BlockingAioGate:
         assert self._loop.run(self.aio.__aenter__()) is self.aio

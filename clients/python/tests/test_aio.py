@@ -18,13 +18,15 @@ from conftest import free_port
 from oncegate import Outcome, Unavailable
 
 TS = "2026-11-29T10:57:45Z"
-RPCS = ("submit", "submit_batch", "lookup", "health")
+RPCS = ("submit", "submit_batch", "lookup", "health", "begin", "complete", "release")
 
 
 def test_same_methods_and_signatures_as_the_sync_client():
     sync_public = {n for n in dir(oncegate.Gate) if not n.startswith("_")}
     aio_public = {n for n in dir(oncegate.aio.Gate) if not n.startswith("_")}
-    assert sync_public == aio_public == {*RPCS, "close"}
+    assert sync_public == aio_public == {*RPCS, "close", "effect"}
+    # The same parameters; the sync one is a context manager, the aio one an async one.
+    assert inspect.signature(oncegate.Gate.effect).parameters == inspect.signature(oncegate.aio.Gate.effect).parameters
     for name in (*RPCS, "close"):
         sync_m, aio_m = getattr(oncegate.Gate, name), getattr(oncegate.aio.Gate, name)
         assert inspect.iscoroutinefunction(aio_m), name
@@ -32,7 +34,7 @@ def test_same_methods_and_signatures_as_the_sync_client():
         assert inspect.signature(sync_m) == inspect.signature(aio_m), name
     assert inspect.signature(oncegate.Gate.__init__) == inspect.signature(oncegate.aio.Gate.__init__)
     # One set of types and exceptions.
-    for name in ("Decision", "Submission", "GateError", "Unavailable", "KeyReused", "ServingStatus"):
+    for name in ("Decision", "Submission", "GateError", "Unavailable", "KeyReused", "LeaseLost", "ServingStatus", "Acquired", "Completed"):
         assert getattr(oncegate.aio, name) is getattr(oncegate, name)
 
 

@@ -25,7 +25,11 @@ def test_generated_service_matches_proto(tmp_path):
     for rpc in ("Submit", "SubmitBatch", "Lookup"):
         assert f"/oncegate.v1.Gate/{rpc}" in grpc_src
     assert "from oncegate.v1 import gate_pb2" in grpc_src
-    assert len(written) == 4
+    effects_src = (tmp_path / "oncegate" / "v1" / "effects_pb2_grpc.py").read_text()
+    for rpc in ("Begin", "Complete", "Release"):
+        assert f"/oncegate.v1.Effects/{rpc}" in effects_src
+    # __init__.py, then _pb2.py, _pb2.pyi and _pb2_grpc.py per proto file.
+    assert len(written) == 1 + 3 * 2
 
     from oncegate import _stubs
 

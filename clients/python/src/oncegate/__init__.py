@@ -6,6 +6,8 @@
     # ack the broker now (CLAIMED or DUPLICATE); on GateError do not ack.
 
 ``oncegate.aio.Gate`` is the same client for asyncio (``grpc.aio``).
+``Gate.effect(namespace, key, request)`` runs an effect outside the ledger
+(a payment call, a notice) at most once, through ``oncegate.v1.Effects``.
 ``derive_idempotency_key`` and the exceptions work without the generated stubs;
 ``Gate`` and ``oncegate.aio`` need them (see generate.py).
 """
@@ -19,13 +21,14 @@ from .errors import (
     GateError,
     InvalidSubmission,
     KeyReused,
+    LeaseLost,
     ResourceExhausted,
     Retryable,
     Unavailable,
     error_for_status,
 )
 from .key import derive_idempotency_key
-from .types import Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
+from .types import Acquired, Completed, Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
 
 if TYPE_CHECKING:
     from .client import Gate
@@ -34,6 +37,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Gate",
+    "Acquired",
+    "Completed",
     "Decision",
     "Disbursement",
     "Outcome",
@@ -43,6 +48,7 @@ __all__ = [
     "GateError",
     "InvalidSubmission",
     "KeyReused",
+    "LeaseLost",
     "Retryable",
     "Unavailable",
     "ResourceExhausted",

@@ -15,12 +15,12 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
 
 from . import _stubs
 from .errors import GateError, error_for_status
 from .key import Payload, payload_bytes
-from .types import Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
+from .types import Acquired, Completed, Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 #: Per-call deadline in seconds. A consumer should always have one: an
@@ -79,6 +79,7 @@ class GateBase:
         self._owns_channel = channel is None
         self._channel = channel or open_channel(self._grpc, target, credentials, options)
         self._stub = _stubs.gate_pb2_grpc.GateStub(self._channel)
+        self._effects = _stubs.effects_pb2_grpc.EffectsStub(self._channel)
         self._health_check = self._channel.unary_unary(
             HEALTH_CHECK_METHOD,
             request_serializer=_HealthCheckRequest.SerializeToString,
@@ -186,6 +187,102 @@ def lookup_result(response) -> Decision | None:
 
 def serving_status(response) -> ServingStatus:
     return ServingStatus(_HealthCheckResponse.ServingStatus.Name(response.status))
+
+
+# -- effects (DESIGN §9) ---------------------------------------------------------
+
+
+def begin_request(namespace: str, idempotency_key: str, request: Payload, lease_ttl: float | None):
+    fields: dict[str, Any] = dict(
+        namespace=namespace, idempotency_key=idempotency_key, request=payload_bytes(request)
+    )
+    if lease_ttl is not None:
+        ttl = duration_pb2.Duration()
+        ttl.FromNanoseconds(int(round(lease_ttl * 1e9)))
+        fields["lease_ttl"] = ttl
+    return _stubs.effects_pb2.BeginRequest(**fields)
+
+
+def begin_result(response) -> Acquired | Completed:
+    kind = response.WhichOneof("outcome")
+    if kind == "acquired":
+        return Acquired(lease_token=response.acquired.lease_token, attempt=response.acquired.attempt)
+    if kind == "completed":
+        c = response.completed
+        return Completed(
+            response=c.response,
+            completed_at=c.completed_at,
+            attempt=c.attempt,
+            decided_by=Tier(_stubs.gate_pb2.Tier.Name(c.decided_by)),
+        )
+    raise error_for_status(grpc.StatusCode.UNKNOWN, "sidecar answered Begin without an outcome")
+
+
+def complete_request(namespace: str, idempotency_key: str, lease_token: str, response: Payload):
+    return _stubs.effects_pb2.CompleteRequest(
+        namespace=namespace,
+        idempotency_key=idempotency_key,
+        lease_token=lease_token,
+        response=payload_bytes(response),
+    )
+
+
+def release_request(namespace: str, idempotency_key: str, lease_token: str, reason: str):
+    return _stubs.effects_pb2.ReleaseRequest(
+        namespace=namespace, idempotency_key=idempotency_key, lease_token=lease_token, reason=reason
+    )
+
+
+class Effect:
+    """What ``Gate.effect`` yields: one effect, performed at most once.
+
+    ``acquired``: this block holds the lease and must perform the effect and
+    set ``result`` (the provider's response, bytes or str); on leaving the
+    block it is committed with ``Complete``. An exception in the block
+    releases the lease (the effect is taken not to have happened) and
+    propagates. Not ``acquired``: the effect was done before; ``response``
+    is its stored response and the block should do nothing.
+    After the block, ``response`` and ``completed_at`` are the record's.
+    """
+
+    def __init__(self, namespace: str, idempotency_key: str, begun: Acquired | Completed):
+        self.namespace = namespace
+        self.idempotency_key = idempotency_key
+        self.acquired = isinstance(begun, Acquired)
+        self.attempt = begun.attempt
+        self.lease_token = begun.lease_token if isinstance(begun, Acquired) else None
+        self.response: bytes | None = None if isinstance(begun, Acquired) else begun.response
+        self.completed_at: str | None = None if isinstance(begun, Acquired) else begun.completed_at
+        self.result: Payload | None = None
+
+    def __repr__(self) -> str:
+        state = "acquired" if self.acquired else "completed"
+        return f"Effect({self.namespace!r}, {self.idempotency_key!r}, {state}, attempt={self.attempt})"
+
+
+def effect_exit(fx: Effect, exc: BaseException | None):
+    """What leaving ``Gate.effect``'s block calls for: ``("complete",
+    request)``, ``("release", request)`` or ``None``. A block that held the
+    lease and set no result, without an exception, is an error: whether the
+    effect happened is unknown, so the lease is left to expire (the next
+    attempt is told, attempt > 1) and ``ValueError`` is raised."""
+    if not fx.acquired:
+        return None
+    if exc is not None:
+        if not isinstance(exc, Exception):
+            # KeyboardInterrupt, SystemExit, task cancellation: like a crash,
+            # whether the effect happened is unknown; the lease expires.
+            return None
+        reason = f"{type(exc).__name__}: {exc}"
+        reason = "".join(c for c in reason if c.isprintable())[:256]
+        return "release", release_request(fx.namespace, fx.idempotency_key, fx.lease_token, reason)
+    if fx.result is None:
+        raise ValueError(
+            "the effect block held the lease but set no result: set fx.result to the provider's "
+            "response (the lease is left to expire; the next attempt will ask the provider)"
+        )
+    fx.response = payload_bytes(fx.result)
+    return "complete", complete_request(fx.namespace, fx.idempotency_key, fx.lease_token, fx.response)
 
 
 # -- grpc.health.v1 messages ----------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 try:
-    from .v1 import gate_pb2, gate_pb2_grpc
+    from .v1 import effects_pb2, effects_pb2_grpc, gate_pb2, gate_pb2_grpc
 except ImportError as exc:  # pragma: no cover - depends on the build
     raise ImportError(
         "oncegate's gRPC stubs are not generated. They are built from proto/ by "
@@ -11,4 +11,4 @@ except ImportError as exc:  # pragma: no cover - depends on the build
         "package with `pip install -e clients/python`)."
     ) from exc
 
-__all__ = ["gate_pb2", "gate_pb2_grpc"]
+__all__ = ["effects_pb2", "effects_pb2_grpc", "gate_pb2", "gate_pb2_grpc"]

@@ -19,31 +19,35 @@ transaction it has started, and the redelivery learns the outcome).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 
 import grpc
 import grpc.aio
 
 from . import _common
-from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem
+from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem, Effect
 from .errors import (
     DeadlineExceeded,
     GateError,
     InvalidSubmission,
     KeyReused,
+    LeaseLost,
     ResourceExhausted,
     Retryable,
     Unavailable,
     from_rpc_error,
 )
 from .key import Payload
-from .types import Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
+from .types import Acquired, Completed, Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
 
 __all__ = [
     "Gate",
     "DEFAULT_TARGET",
     "DEFAULT_TIMEOUT",
     # The same types and exceptions as `oncegate`, for one-import use.
+    "Acquired",
+    "Completed",
     "Decision",
     "Disbursement",
     "Outcome",
@@ -53,6 +57,7 @@ __all__ = [
     "GateError",
     "InvalidSubmission",
     "KeyReused",
+    "LeaseLost",
     "Retryable",
     "Unavailable",
     "ResourceExhausted",
@@ -105,6 +110,89 @@ class Gate(_common.GateBase):
         """``grpc.health.v1.Health/Check`` (``""``: the whole server)."""
         request = _common.health_request(service)
         return _common.serving_status(await self._call(self._health_check, request, timeout))
+
+    # -- Effects (DESIGN §9) -------------------------------------------------
+
+    async def begin(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        request: Payload,
+        *,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> Acquired | Completed:
+        """``Effects.Begin``: the lease (Acquired) or the stored response
+        (Completed). Waits, up to ``timeout``, for a lease held elsewhere."""
+        req = _common.begin_request(namespace, idempotency_key, request, lease_ttl)
+        return _common.begin_result(await self._call(self._effects.Begin, req, timeout))
+
+    async def complete(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        lease_token: str,
+        response: Payload,
+        *,
+        timeout: float | None = None,
+    ) -> str:
+        """``Effects.Complete``: commits the response; returns completed_at.
+        Raises LeaseLost when the token's lease was taken over."""
+        req = _common.complete_request(namespace, idempotency_key, lease_token, response)
+        return (await self._call(self._effects.Complete, req, timeout)).completed_at
+
+    async def release(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        lease_token: str,
+        reason: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """``Effects.Release``: the effect certainly did not happen."""
+        req = _common.release_request(namespace, idempotency_key, lease_token, reason)
+        await self._call(self._effects.Release, req, timeout)
+
+    @contextlib.asynccontextmanager
+    async def effect(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        request: Payload,
+        *,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Effect]:
+        """An effect performed at most once (see :class:`oncegate._common.Effect`)::
+
+            async with gate.effect("payments", key, instruction) as fx:
+                if fx.acquired:
+                    fx.result = await bank.pay(instruction, idempotency_key=key)
+            receipt = fx.response
+        """
+        begun = await self.begin(namespace, idempotency_key, request, lease_ttl=lease_ttl, timeout=timeout)
+        fx = Effect(namespace, idempotency_key, begun)
+        try:
+            yield fx
+        except BaseException as exc:
+            await self._finish(fx, _common.effect_exit(fx, exc), timeout, exc)
+            raise
+        await self._finish(fx, _common.effect_exit(fx, None), timeout, None)
+
+    async def _finish(self, fx: Effect, action, timeout: float | None, exc: BaseException | None) -> None:
+        if action is None:
+            return
+        kind, req = action
+        try:
+            if kind == "complete":
+                fx.completed_at = (await self._call(self._effects.Complete, req, timeout)).completed_at
+            else:
+                await self._call(self._effects.Release, req, timeout)
+        except GateError as failed:
+            if exc is None:
+                raise
+            exc.add_note(f"releasing the effect's lease failed too: {failed!r}")
 
     # -- plumbing -----------------------------------------------------------
 

@@ -6,15 +6,16 @@ build requests and read answers through :mod:`oncegate._common`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 
 import grpc
 
 from . import _common
-from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem
+from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem, Effect
 from .errors import GateError, from_rpc_error
 from .key import Payload
-from .types import Decision, ServingStatus
+from .types import Acquired, Completed, Decision, ServingStatus
 
 __all__ = ["Gate", "DEFAULT_TARGET", "DEFAULT_TIMEOUT"]
 
@@ -78,6 +79,89 @@ class Gate(_common.GateBase):
         An unknown service raises GateError (NOT_FOUND)."""
         request = _common.health_request(service)
         return _common.serving_status(self._call(self._health_check, request, timeout))
+
+    # -- Effects (DESIGN §9) -------------------------------------------------
+
+    def begin(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        request: Payload,
+        *,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> Acquired | Completed:
+        """``Effects.Begin``: the lease (Acquired) or the stored response
+        (Completed). Waits, up to ``timeout``, for a lease held elsewhere."""
+        req = _common.begin_request(namespace, idempotency_key, request, lease_ttl)
+        return _common.begin_result(self._call(self._effects.Begin, req, timeout))
+
+    def complete(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        lease_token: str,
+        response: Payload,
+        *,
+        timeout: float | None = None,
+    ) -> str:
+        """``Effects.Complete``: commits the response; returns completed_at.
+        Raises LeaseLost when the token's lease was taken over."""
+        req = _common.complete_request(namespace, idempotency_key, lease_token, response)
+        return self._call(self._effects.Complete, req, timeout).completed_at
+
+    def release(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        lease_token: str,
+        reason: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """``Effects.Release``: the effect certainly did not happen."""
+        req = _common.release_request(namespace, idempotency_key, lease_token, reason)
+        self._call(self._effects.Release, req, timeout)
+
+    @contextlib.contextmanager
+    def effect(
+        self,
+        namespace: str,
+        idempotency_key: str,
+        request: Payload,
+        *,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Effect]:
+        """An effect performed at most once (see :class:`oncegate._common.Effect`)::
+
+            with gate.effect("payments", key, instruction) as fx:
+                if fx.acquired:
+                    fx.result = bank.pay(instruction, idempotency_key=key)
+            receipt = fx.response
+        """
+        begun = self.begin(namespace, idempotency_key, request, lease_ttl=lease_ttl, timeout=timeout)
+        fx = Effect(namespace, idempotency_key, begun)
+        try:
+            yield fx
+        except BaseException as exc:
+            self._finish(fx, _common.effect_exit(fx, exc), timeout, exc)
+            raise
+        self._finish(fx, _common.effect_exit(fx, None), timeout, None)
+
+    def _finish(self, fx: Effect, action, timeout: float | None, exc: BaseException | None) -> None:
+        if action is None:
+            return
+        kind, req = action
+        try:
+            if kind == "complete":
+                fx.completed_at = self._call(self._effects.Complete, req, timeout).completed_at
+            else:
+                self._call(self._effects.Release, req, timeout)
+        except GateError as failed:
+            if exc is None:
+                raise
+            exc.add_note(f"releasing the effect's lease failed too: {failed!r}")
 
     # -- plumbing -----------------------------------------------------------
 

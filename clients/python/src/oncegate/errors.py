@@ -47,6 +47,12 @@ class KeyReused(GateError):
     poison = True
 
 
+class LeaseLost(GateError):
+    """FAILED_PRECONDITION, "lease lost": an effect's lease token is no longer
+    the record's current lease (it expired and another attempt took it, or it
+    was released). Do not Complete: the current holder decides the effect."""
+
+
 class Retryable(GateError):
     """Transient: do not ack; the broker's redelivery (or a retry) resolves it."""
 
@@ -86,6 +92,8 @@ def error_for_status(code: grpc.StatusCode | int, message: str) -> GateError:
     ``GateError``: a deployment problem, not a message problem."""
     if isinstance(code, int):
         code = _CODES_BY_NUMBER.get(code, grpc.StatusCode.UNKNOWN)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("lease lost"):
+        return LeaseLost(code, message)
     return _BY_CODE.get(code, GateError)(code, message)
 
 

@@ -90,3 +90,26 @@ class Decision:
     @property
     def duplicate(self) -> bool:
         return self.outcome is Outcome.DUPLICATE
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """``Effects.Begin``: this caller holds the record's lease. Perform the
+    effect (passing the same idempotency key to the provider), then
+    ``complete`` with its response, or ``release`` if it certainly did not
+    happen. ``attempt > 1``: an earlier attempt may have reached the
+    provider; ask it (with the same key) before acting again."""
+
+    lease_token: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Completed:
+    """``Effects.Begin``: the effect is done; its stored response."""
+
+    response: bytes
+    #: RFC 3339 UTC with microseconds.
+    completed_at: str
+    attempt: int
+    decided_by: Tier
