@@ -195,6 +195,8 @@ pub enum AuditDecision {
     Processed,
     Duplicate,
     Rejected,
+    /// A quarantined outbox event put back to pending by an operator.
+    Redriven,
 }
 
 impl AuditDecision {
@@ -203,6 +205,7 @@ impl AuditDecision {
             Self::Processed => "processed",
             Self::Duplicate => "duplicate",
             Self::Rejected => "rejected",
+            Self::Redriven => "redriven",
         }
     }
 }
