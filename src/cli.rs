@@ -3,9 +3,11 @@
 //!
 //! - `serve`, `migrate`, `purge`, `relay`: here;
 //! - `key`: here; `submit`, `lookup` (calls to a running sidecar): [`remote`];
-//! - `bench` (the load generator and its echo yardstick): [`bench`].
+//! - `bench` (the load generator and its echo yardstick): [`bench`];
+//! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
 
 pub mod bench;
+pub mod ops;
 pub mod remote;
 
 use crate::app::{App, AppConfig};
@@ -55,6 +57,13 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run the outbox relay alone (no gRPC).
     Relay(RelayArgs),
+    /// Check that claims, ledger, running totals, sequences, outbox events (and
+    /// the broker, with --sink) agree; exit 1 on any mismatch.
+    Reconcile(Box<ops::ReconcileArgs>),
+    /// Show a key's claim, ledger row, outbox event and audit history (or an award's).
+    Inspect(ops::InspectArgs),
+    /// List the outbox events waiting or quarantined; put quarantined ones back.
+    Outbox(ops::OutboxArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -123,6 +132,7 @@ pub enum Job {
         relay: RelaySettings,
         metrics_listen: SocketAddr,
     },
+    Ops(ops::OpsJob),
 }
 
 impl Command {
@@ -177,6 +187,9 @@ impl Command {
                 relay: args.relay.relay(&hostname())?,
                 metrics_listen: args.metrics_listen,
             },
+            Self::Reconcile(args) => Job::Ops(args.resolve()?),
+            Self::Inspect(args) => Job::Ops(args.resolve()?),
+            Self::Outbox(args) => Job::Ops(args.resolve()?),
         })
     }
 }
@@ -197,6 +210,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
             relay,
             metrics_listen,
         } => run_relay(store, sink, relay, metrics_listen).await,
+        Job::Ops(job) => ops::run(job).await,
     }
 }
 
