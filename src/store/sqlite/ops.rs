@@ -151,14 +151,21 @@ pub(super) async fn reconcile_keys(
         Some(_) => "idempotency_key > ?1 AND idempotency_key <= ?2",
         None => "idempotency_key > ?1 AND ?2 IS NULL",
     };
+    // Not a FULL JOIN: SQLite runs one as nested scans of both ranges. The
+    // ledger rows with their claims (by primary key), then the claims
+    // without a ledger row, in one statement and so one snapshot.
     let sql = format!(
-        "SELECT coalesce(d.idempotency_key, c.idempotency_key) AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
+        "SELECT d.idempotency_key AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
            CASE WHEN d.recorded_at >= ?3 THEN (SELECT count(*) FROM outbox o \
              WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
                AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
          FROM (SELECT * FROM disbursements WHERE {range}) d \
-         FULL JOIN (SELECT * FROM processed_messages WHERE {range}) c \
-           ON c.idempotency_key = d.idempotency_key \
+         LEFT JOIN processed_messages c ON c.idempotency_key = d.idempotency_key \
+         UNION ALL \
+         SELECT c.idempotency_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+           {CLAIM_COLS}, NULL \
+         FROM (SELECT * FROM processed_messages WHERE {range}) c \
+         WHERE NOT EXISTS (SELECT 1 FROM disbursements x WHERE x.idempotency_key = c.idempotency_key) \
          ORDER BY 1"
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
