@@ -13,7 +13,7 @@ use fred::prelude::*;
 use oncegate::pb;
 use oncegate::reconcile::{Check, ReconcileSettings, Reconciler, Report};
 use oncegate::relay::{Relay, SinkSettings, SinkSpec};
-use oncegate::store::{ClaimBatch, ClaimContext, StoredResult};
+use oncegate::store::{ClaimBatch, ClaimContext, Store, StoredResult};
 use oncegate::submission::Submission;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -89,11 +89,16 @@ fn one(check: Check, kind: &'static str, key: Option<&str>, award: &str) -> Foun
 
 /// The real binary against the test's store: (exit code, stdout).
 async fn oncegate(db: &TestDb, args: &[&str]) -> (i32, String) {
+    oncegate_at(&db.url, args).await
+}
+
+/// The real binary against the store at `url`.
+async fn oncegate_at(url: &str, args: &[&str]) -> (i32, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
+        .env("DATABASE_URL", url)
         .output()
         .await
         .expect("run oncegate");
@@ -110,6 +115,10 @@ async fn oncegate(db: &TestDb, args: &[&str]) -> (i32, String) {
 /// Claims `per_award` submissions for each award, straight through the
 /// store (no server: the tests below are about what the store holds).
 async fn ledger_of(db: &TestDb, awards: &[&str], per_award: usize) -> Vec<StoredResult> {
+    ledger_in(&*db.open().await, awards, per_award).await
+}
+
+async fn ledger_in(store: &dyn Store, awards: &[&str], per_award: usize) -> Vec<StoredResult> {
     let items: Vec<Submission> = (0..per_award)
         .flat_map(|i| awards.iter().map(move |a| (a, i)))
         .map(|(a, i)| {
@@ -120,9 +129,7 @@ async fn ledger_of(db: &TestDb, awards: &[&str], per_award: usize) -> Vec<Stored
     let ctx = ClaimContext {
         instance: "it-ops".into(),
     };
-    let outcomes = db
-        .open()
-        .await
+    let outcomes = store
         .claim_batch(&ClaimBatch::new(&items), &ctx)
         .await
         .expect("claims");
@@ -963,4 +970,50 @@ async fn the_operations_migration_keeps_the_audit_trail_and_its_guards(kind: Kin
         let err = db.try_exec(change).await.unwrap_err();
         assert!(err.contains("append-only"), "{change}: {err}");
     }
+}
+
+/// The operator commands need nothing beyond the application role's grants
+/// (migrations/GRANTS.md): reconcile, inspect, list and redrive as that role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_commands_run_as_the_application_role() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let role = unique("og_ops_");
+    db.exec(&format!("CREATE ROLE {role} LOGIN")).await;
+    db.exec(&format!("SELECT oncegate_grant_app_role('{role}')"))
+        .await;
+    let role_url = format!("postgres://{role}@{}/{}", pg_addr(), db.name);
+    let store = open_store(&role_url, 2).await.unwrap();
+    let rows = ledger_in(&*store, &["AWD-R1"], 2).await;
+    let event = store
+        .lease_outbox(1, Duration::from_secs(30), "it")
+        .await
+        .unwrap();
+    let quarantined = store
+        .record_publish_failure(event[0].event_id, "refused", 1, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(quarantined);
+    let (code, out) = oncegate_at(&role_url, &["reconcile"]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = oncegate_at(&role_url, &["inspect", &rows[0].key]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = oncegate_at(&role_url, &["outbox", "list", "--quarantined"]).await;
+    assert!(code == 0 && out.contains("QUARANTINED"), "{out}");
+    let retry = [
+        "outbox",
+        "retry",
+        "--all-quarantined",
+        "--reason",
+        "as the app role",
+    ];
+    let (code, out) = oncegate_at(&role_url, &retry).await;
+    assert!(code == 0 && out.contains("1 event(s) back to pending"), "{out}");
+    let audited = db
+        .scalar(
+            "SELECT count(*) FROM audit_log WHERE decision = 'redriven' AND detail LIKE '%as the app role%'",
+        )
+        .await;
+    assert_eq!(audited, 1);
+    drop(store);
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await;
 }
