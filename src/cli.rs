@@ -183,7 +183,7 @@ impl Command {
             }
             Self::Relay(args) => Job::Relay {
                 store: args.store.settings(TOOL_POOL)?,
-                sink: args.relay.sink(),
+                sink: args.relay.sink(&hostname()),
                 relay: args.relay.relay(&hostname())?,
                 metrics_listen: args.metrics_listen,
             },

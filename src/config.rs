@@ -37,6 +37,19 @@ pub struct StoreArgs {
     /// Database connections per instance.
     #[arg(long, env = "ONCEGATE_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: u32,
+    /// Postgres: longest wait for a row lock; past it the delivery gets
+    /// UNAVAILABLE (retry) and only its award waits.
+    #[arg(long, env = "ONCEGATE_DB_LOCK_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub db_lock_timeout: Duration,
+    /// Postgres: longest a statement may run.
+    #[arg(long, env = "ONCEGATE_DB_STATEMENT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub db_statement_timeout: Duration,
+    /// Postgres: a session of ours idle inside a transaction this long is ended by the server.
+    #[arg(long, env = "ONCEGATE_DB_IDLE_IN_TRANSACTION_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub db_idle_in_transaction_timeout: Duration,
+    /// Postgres: idle time before the server probes a silent connection (TCP keepalive).
+    #[arg(long, env = "ONCEGATE_DB_TCP_KEEPALIVE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub db_tcp_keepalive: Duration,
 }
 
 impl StoreArgs {
@@ -64,9 +77,33 @@ impl StoreArgs {
         if self.db_pool_size == 0 {
             return Err(ConfigError::new("ONCEGATE_DB_POOL_SIZE must be at least 1"));
         }
+        for (value, name) in [
+            (self.db_lock_timeout, "ONCEGATE_DB_LOCK_TIMEOUT"),
+            (self.db_statement_timeout, "ONCEGATE_DB_STATEMENT_TIMEOUT"),
+            (
+                self.db_idle_in_transaction_timeout,
+                "ONCEGATE_DB_IDLE_IN_TRANSACTION_TIMEOUT",
+            ),
+            (self.db_tcp_keepalive, "ONCEGATE_DB_TCP_KEEPALIVE"),
+        ] {
+            if value < Duration::from_millis(1) {
+                return Err(ConfigError(format!(
+                    "{name} must be at least 1ms (0 would switch the guard off)"
+                )));
+            }
+        }
+        if self.db_lock_timeout > self.db_statement_timeout {
+            return Err(ConfigError::new(
+                "ONCEGATE_DB_LOCK_TIMEOUT must not exceed ONCEGATE_DB_STATEMENT_TIMEOUT",
+            ));
+        }
         Ok(StoreSettings {
             url,
             pool_size: self.db_pool_size.min(max_pool),
+            lock_timeout: self.db_lock_timeout,
+            statement_timeout: self.db_statement_timeout,
+            idle_in_transaction_timeout: self.db_idle_in_transaction_timeout,
+            tcp_keepalive: self.db_tcp_keepalive,
         })
     }
 }
@@ -216,10 +253,12 @@ impl TlsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RelaySettingsArgs {
-    /// Where outbox events go: `none`, `log`, `redis://…` (Streams) or `nats://…` (JetStream).
+    /// Where outbox events go: `none`, `log`, `redis://…` (Streams), `nats://…` (JetStream)
+    /// or `amqp://…` (RabbitMQ, publisher confirms).
     #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
     pub relay_sink: SinkSpec,
-    /// Redis stream key, or JetStream stream name.
+    /// Redis stream key, JetStream stream name, or AMQP exchange (durable, topic;
+    /// routing key = the event type).
     #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
     pub relay_stream: String,
     /// JetStream subject events are published on (and the stream captures).
@@ -250,11 +289,12 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
 }
 
 impl RelaySettingsArgs {
-    /// The sink to connect.
-    pub fn sink(&self) -> SinkSettings {
+    /// The sink to connect; `owner` names the broker connection.
+    pub fn sink(&self, owner: &str) -> SinkSettings {
         SinkSettings {
             spec: self.relay_sink.clone(),
             stream: self.relay_stream.clone(),
+            connection_name: format!("oncegate-relay {owner}"),
             subject: self.relay_subject.clone(),
             stream_maxlen: self.relay_stream_maxlen,
         }
@@ -516,7 +556,7 @@ impl ServeArgs {
                 batch: 500,
                 flush_interval: self.audit_flush_interval,
             },
-            sink: self.relay.sink(),
+            sink: self.relay.sink(&instance),
             relay: self.relay.relay(&instance)?,
             purge_interval: self.retention.purge_interval,
             limits: Limits {

@@ -18,6 +18,7 @@
 //!   `oncegate_relay_breaker_state`, one log line per transition) and
 //!   resumes by itself, in per-award order, when the broker answers again.
 
+pub mod amqp;
 pub mod log;
 pub mod nats;
 pub mod redis_stream;
@@ -65,6 +66,7 @@ pub enum SinkSpec {
     Log,
     Redis(String),
     Nats(String),
+    Amqp(String),
 }
 
 impl SinkSpec {
@@ -74,8 +76,9 @@ impl SinkSpec {
             "log" => Ok(Self::Log),
             u if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(Self::Redis(u.into())),
             u if u.starts_with("nats://") || u.starts_with("tls://") => Ok(Self::Nats(u.into())),
+            u if u.starts_with("amqp://") || u.starts_with("amqps://") => Ok(Self::Amqp(u.into())),
             other => Err(format!(
-                "ONCEGATE_RELAY_SINK must be none, log, redis://… or nats://…, got {:?}",
+                "ONCEGATE_RELAY_SINK must be none, log, redis://…, nats://… or amqp://…, got {:?}",
                 mask_url(other)
             )),
         }
@@ -88,7 +91,7 @@ impl std::fmt::Display for SinkSpec {
         match self {
             Self::None => f.write_str("none"),
             Self::Log => f.write_str("log"),
-            Self::Redis(url) | Self::Nats(url) => f.write_str(&mask_url(url)),
+            Self::Redis(url) | Self::Nats(url) | Self::Amqp(url) => f.write_str(&mask_url(url)),
         }
     }
 }
@@ -97,8 +100,10 @@ impl std::fmt::Display for SinkSpec {
 #[derive(Debug, Clone)]
 pub struct SinkSettings {
     pub spec: SinkSpec,
-    /// Redis stream key, or JetStream stream name.
+    /// Redis stream key, JetStream stream name, or AMQP exchange.
     pub stream: String,
+    /// Names this process's broker connection (AMQP `connection_name`).
+    pub connection_name: String,
     /// JetStream subject.
     pub subject: String,
     /// Approximate Redis stream cap (`XADD MAXLEN ~`).
@@ -116,6 +121,9 @@ impl SinkSettings {
             )),
             SinkSpec::Nats(url) => Some(Arc::new(
                 nats::JetStreamSink::connect(url, &self.stream, &self.subject).await?,
+            )),
+            SinkSpec::Amqp(url) => Some(Arc::new(
+                amqp::AmqpSink::connect(url, &self.stream, &self.connection_name).await?,
             )),
         })
     }

@@ -276,6 +276,28 @@ pub struct StoreSettings {
     /// `postgres://…` or `sqlite://path`.
     pub url: String,
     pub pool_size: u32,
+    /// Postgres: longest wait for a row lock before the statement fails.
+    pub lock_timeout: Duration,
+    /// Postgres: longest a statement may run.
+    pub statement_timeout: Duration,
+    /// Postgres: a session idle inside a transaction this long is ended.
+    pub idle_in_transaction_timeout: Duration,
+    /// Postgres: idle time before the server probes a silent client.
+    pub tcp_keepalive: Duration,
+}
+
+impl StoreSettings {
+    /// Settings with the defaults for everything but the URL and pool.
+    pub fn new(url: impl Into<String>, pool_size: u32) -> Self {
+        Self {
+            url: url.into(),
+            pool_size,
+            lock_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: Duration::from_secs(10),
+            tcp_keepalive: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Which backend a store is.
@@ -462,9 +484,7 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open(settings: &StoreSettings) -> Result<Arc<dyn Store>, StoreError> {
     let url = settings.url.as_str();
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(
-            postgres::PostgresStore::connect(url, settings.pool_size).await?,
-        ))
+        Ok(Arc::new(postgres::PostgresStore::connect(settings).await?))
     } else if let Some(path) = url.strip_prefix("sqlite://") {
         Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
     } else {

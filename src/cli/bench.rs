@@ -275,10 +275,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let store = match &args.database_url {
         Some(url) => {
-            let settings = StoreSettings {
-                url: url.clone(),
-                pool_size: 2,
-            };
+            let settings = StoreSettings::new(url.clone(), 2);
             Some(
                 crate::store::open(&settings)
                     .await

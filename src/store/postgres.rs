@@ -42,24 +42,100 @@ const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// Without the session timeouts: for migrations, which may rightly
+    /// take long (an index on a large table).
+    migration_options: PgConnectOptions,
     listener: Mutex<Option<PgListener>>,
+    /// Wakes this instance's relay after a commit that wrote outbox rows.
+    outbox_written: tokio::sync::Notify,
+    /// Other processes' relays are told by a `pg_notify` outside the claim
+    /// transaction, at most one in flight and one per [`NOTIFY_INTERVAL`].
+    notifier: Arc<OutboxNotifier>,
+}
+
+/// Shortest time between two cross-process outbox notifications.
+const NOTIFY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Coalesces "new outbox rows" into few `pg_notify` calls, each its own
+/// tiny transaction: NOTIFY serialises committing transactions in Postgres,
+/// so it must never ride in a claim transaction.
+#[derive(Default)]
+struct OutboxNotifier {
+    in_flight: std::sync::atomic::AtomicBool,
+    /// Set when rows were written while a notification was in flight.
+    again: std::sync::atomic::AtomicBool,
+}
+
+impl OutboxNotifier {
+    fn poke(self: &Arc<Self>, pool: &PgPool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.again.store(true, SeqCst);
+        if self.in_flight.swap(true, SeqCst) {
+            return;
+        }
+        let (me, pool) = (self.clone(), pool.clone());
+        // Notifies while asked to, then ends by itself; at shutdown at most
+        // one notification is lost, which the relays' polling covers.
+        tokio::spawn(async move {
+            loop {
+                while me.again.swap(false, SeqCst) {
+                    let sent = sqlx::query("SELECT pg_notify($1, '')")
+                        .bind(OUTBOX_CHANNEL)
+                        .execute(&pool)
+                        .await;
+                    if let Err(e) = sent {
+                        tracing::debug!(error = %e, "outbox notification failed; relays poll");
+                    }
+                    tokio::time::sleep(NOTIFY_INTERVAL).await;
+                }
+                me.in_flight.store(false, SeqCst);
+                // A poke between the last check and the store above found
+                // the flag still set and left; take over its request.
+                if !me.again.load(SeqCst) || me.in_flight.swap(true, SeqCst) {
+                    return;
+                }
+            }
+        });
+    }
 }
 
 impl PostgresStore {
     /// A lazily connecting pool: the sidecar starts (and answers cached
     /// duplicates) even while Postgres is down.
-    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url)
+    ///
+    /// Every pooled session gets `lock_timeout`, `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`, so one stuck row lock fails
+    /// its transaction instead of stalling the instance, and server-side TCP
+    /// keepalives, so a session whose client vanished (a half-open
+    /// connection holding a lock) is ended by the server.
+    pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
+        let migration_options = PgConnectOptions::from_str(&settings.url)
             .map_err(|e| StoreError::Other(format!("invalid DATABASE_URL: {e}")))?
             .application_name("oncegate");
+        let ms = |d: Duration| d.as_millis().to_string();
+        let keepalive = settings.tcp_keepalive.as_secs().max(1);
+        let options = migration_options.clone().options([
+            ("lock_timeout", ms(settings.lock_timeout)),
+            ("statement_timeout", ms(settings.statement_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                ms(settings.idle_in_transaction_timeout),
+            ),
+            ("tcp_keepalives_idle", keepalive.to_string()),
+            ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
+            ("tcp_keepalives_count", "3".to_string()),
+        ]);
         let pool = PgPoolOptions::new()
-            .max_connections(pool_size.max(1))
+            .max_connections(settings.pool_size.max(1))
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options);
         Ok(Self {
             pool,
+            migration_options,
             listener: Mutex::new(None),
+            outbox_written: tokio::sync::Notify::new(),
+            notifier: Arc::default(),
         })
     }
 
@@ -109,7 +185,14 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(self.migration_options.clone())
+            .await?;
+        let result = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        result.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
             other => StoreError::Other(format!("migration failed: {other}")),
         })
@@ -128,6 +211,10 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
+        if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
+            self.outbox_written.notify_waiters();
+            self.notifier.poke(&self.pool);
+        }
         Ok(outcomes)
     }
 
@@ -366,7 +453,12 @@ impl Store for PostgresStore {
         Some((self.pool.size(), self.pool.num_idle()))
     }
 
+    /// Wakes on this instance's own commits (in-process), on another
+    /// process's `pg_notify`, or after `timeout` (polling).
     async fn wait_for_outbox(&self, timeout: Duration) {
+        let own = self.outbox_written.notified();
+        tokio::pin!(own);
+        own.as_mut().enable();
         let mut guard = self.listener.lock().await;
         if guard.is_none() {
             match PgListener::connect_with(&self.pool).await {
@@ -377,20 +469,18 @@ impl Store for PostgresStore {
                 Err(e) => tracing::debug!(error = %e, "outbox listener connect failed; polling"),
             }
         }
-        match guard.as_mut() {
-            Some(l) => match tokio::time::timeout(timeout, l.recv()).await {
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "outbox listener lost; polling");
-                    *guard = None;
-                    drop(guard);
-                    tokio::time::sleep(timeout).await;
-                }
+        let Some(listener) = guard.as_mut() else {
+            drop(guard);
+            let _ = tokio::time::timeout(timeout, own).await;
+            return;
+        };
+        tokio::select! {
+            _ = &mut own => {}
+            _ = tokio::time::sleep(timeout) => {}
+            received = listener.recv() => if let Err(e) = received {
+                tracing::debug!(error = %e, "outbox listener lost; polling");
+                *guard = None;
             },
-            None => {
-                drop(guard);
-                tokio::time::sleep(timeout).await;
-            }
         }
     }
 

@@ -6,18 +6,32 @@ use crate::submission::Submission;
 use uuid::Uuid;
 
 /// The outbox event body: everything a downstream consumer needs, no payload.
+#[derive(serde::Serialize)]
+struct EventBody<'a> {
+    event_id: Uuid,
+    #[serde(rename = "type")]
+    event_type: &'static str,
+    disbursement_id: Uuid,
+    award_id: &'a str,
+    amount_cents: i64,
+    idempotency_key: &'a str,
+    sequence: i64,
+    recorded_at: String,
+}
+
+/// The outbox event body as JSON (a struct, not a `Value`: no map to build).
 pub(crate) fn event_json(event_id: Uuid, s: &Submission, d: &Disbursement) -> String {
-    serde_json::json!({
-        "event_id": event_id,
-        "type": "disbursement.recorded",
-        "disbursement_id": d.id,
-        "award_id": d.award_id,
-        "amount_cents": d.amount_cents,
-        "idempotency_key": s.key,
-        "sequence": d.sequence,
-        "recorded_at": crate::time_fmt::rfc3339(d.recorded_at),
+    serde_json::to_string(&EventBody {
+        event_id,
+        event_type: "disbursement.recorded",
+        disbursement_id: d.id,
+        award_id: &d.award_id,
+        amount_cents: d.amount_cents,
+        idempotency_key: &s.key,
+        sequence: d.sequence,
+        recorded_at: crate::time_fmt::rfc3339(d.recorded_at),
     })
-    .to_string()
+    .expect("an event body always serialises")
 }
 
 /// Ledger-wide figures in one statement, valid on both backends.

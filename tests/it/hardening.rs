@@ -7,6 +7,7 @@ use oncegate::group_commit::claim_batch;
 use oncegate::pb::{self, Outcome};
 use oncegate::store::{ClaimContext, ClaimOutcome};
 use oncegate::submission::{Limits, Submission};
+use sqlx::Connection;
 use std::time::Duration;
 use tonic::Code;
 
@@ -218,5 +219,125 @@ async fn malformed_values_never_reach_the_ledger(kind: Kind) {
         assert!(e.message.contains(field), "{}", e.message);
     }
     assert_eq!(db.counts().await.ledger(), (1, 1, 5, 1));
+    app.shutdown().await;
+}
+
+/// The sidecar's `(sequence, recorded_at)` for a decision.
+fn seq_and_time(d: &pb::Decision) -> (i64, String) {
+    let b = d.disbursement.as_ref().unwrap();
+    (b.sequence, b.recorded_at.clone())
+}
+
+/// A transaction that starts first but waits (here: on another session's
+/// uncommitted claim of the same key) gets the later sequence number; its
+/// `recorded_at` must not be earlier than the one before it in the award.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_at_follows_sequence_order_within_an_award() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let first = submission("AWD-T", TS, b"waits", 1);
+    let key = oncegate::key::derive_key("AWD-T", TS, b"waits");
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id) \
+         VALUES ('{key}', 'AWD-T', 'held', gen_random_uuid())"
+    )))
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let mut c1 = app.client().await;
+    let waiting = tokio::spawn(async move { c1.submit(first).await.map(|r| r.into_inner()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c2 = app.client().await;
+    let overtaking = c2
+        .submit(submission("AWD-T", TS, b"overtakes", 1))
+        .await
+        .unwrap()
+        .into_inner();
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    let waited = waiting
+        .await
+        .unwrap()
+        .expect("claimed once the other session rolled back");
+    let (seq_a, at_a) = seq_and_time(&overtaking);
+    let (seq_b, at_b) = seq_and_time(&waited);
+    assert_eq!((seq_a, seq_b), (1, 2), "the waiting transaction numbered second");
+    assert!(
+        at_b >= at_a,
+        "recorded_at runs with the sequence: {at_a} (1) then {at_b} (2)"
+    );
+    let out_of_order = db
+        .scalar(
+            "SELECT count(*) FROM disbursements a JOIN disbursements b \
+             ON a.award_id = b.award_id AND a.sequence < b.sequence AND a.recorded_at > b.recorded_at",
+        )
+        .await;
+    assert_eq!(out_of_order, 0);
+    app.shutdown().await;
+}
+
+/// A session holding award A's balance row (a stuck client, a half-open
+/// connection) stalls only A: other awards' deliveries in the same moment
+/// are claimed at once, A's caller gets UNAVAILABLE after the lock timeout,
+/// and nothing is written for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stuck_row_lock_stalls_only_its_award() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let mut args = serve_args(&db);
+    args.store.db_lock_timeout = Duration::from_millis(500);
+    let app = TestApp::spawn(args).await;
+    let mut c = app.client().await;
+    c.submit(submission("AWD-LOCKED", TS, b"first", 1)).await.unwrap();
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT * FROM award_balances WHERE award_id = 'AWD-LOCKED' FOR UPDATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut calls = Vec::new();
+    for i in 0..12 {
+        let award = if i % 4 == 0 {
+            "AWD-LOCKED".to_string()
+        } else {
+            format!("AWD-FREE-{i}")
+        };
+        let mut c = app.client().await;
+        calls.push(tokio::spawn(async move {
+            // A deadline, so a stalled instance fails the test instead of
+            // hanging it.
+            let mut request = tonic::Request::new(submission(&award, TS, format!("p{i}").as_bytes(), 1));
+            request.set_timeout(Duration::from_secs(8));
+            let r = c.submit(request).await;
+            (award, r.map(|d| d.into_inner()), started.elapsed())
+        }));
+    }
+    let mut free_slowest = Duration::ZERO;
+    for call in calls {
+        let (award, result, took) = call.await.unwrap();
+        if award == "AWD-LOCKED" {
+            let err = result.expect_err("the locked award cannot be claimed now");
+            assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        } else {
+            assert_eq!(outcome(&result.expect("other awards flow")), Outcome::Claimed);
+            free_slowest = free_slowest.max(took);
+        }
+    }
+    assert!(
+        free_slowest < Duration::from_secs(3),
+        "other awards waited {free_slowest:?}"
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    let n = db.counts().await;
+    assert_eq!(
+        n.ledger(),
+        (10, 10, 10, 10),
+        "nothing written for the locked award's refused calls"
+    );
+    let retried = c.submit(submission("AWD-LOCKED", TS, b"p0", 1)).await.unwrap();
+    assert_eq!(
+        outcome(retried.get_ref()),
+        Outcome::Claimed,
+        "a retry after the lock is gone"
+    );
     app.shutdown().await;
 }

@@ -27,11 +27,7 @@ use tonic::transport::Channel;
 
 /// Opens a store by URL, as the binary does.
 pub async fn open_store(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, oncegate::error::StoreError> {
-    oncegate::store::open(&oncegate::store::StoreSettings {
-        url: url.to_string(),
-        pool_size,
-    })
-    .await
+    oncegate::store::open(&oncegate::store::StoreSettings::new(url, pool_size)).await
 }
 
 pub fn admin_url() -> String {

@@ -574,6 +574,14 @@ impl ClaimLock {
     }
 }
 
+/// These tests keep claims waiting on a held lock for longer than the
+/// default `lock_timeout` would allow (hardening.rs tests the timeout).
+fn waits_on_locks(mut args: oncegate::config::ServeArgs) -> oncegate::config::ServeArgs {
+    args.store.db_lock_timeout = Duration::from_secs(30);
+    args.store.db_statement_timeout = Duration::from_secs(30);
+    args
+}
+
 async fn claims_waiting_on_the_lock(db: &TestDb) -> bool {
     let db_name = db.name.clone();
     db.scalar(&format!(
@@ -586,7 +594,7 @@ async fn claims_waiting_on_the_lock(db: &TestDb) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn excess_requests_are_refused_not_queued() {
     let db = TestDb::new(Kind::Postgres).await;
-    let mut args = serve_args(&db);
+    let mut args = waits_on_locks(serve_args(&db));
     args.max_in_flight = 2;
     let app = TestApp::spawn(args).await;
     let lock = ClaimLock::take(&db).await;
@@ -635,7 +643,7 @@ async fn excess_requests_are_refused_not_queued() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caller_deadline_is_honoured_and_the_claim_still_completes() {
     let db = TestDb::new(Kind::Postgres).await;
-    let app = TestApp::spawn(serve_args(&db)).await;
+    let app = TestApp::spawn(waits_on_locks(serve_args(&db))).await;
     let lock = ClaimLock::take(&db).await;
     let mut c = app.client().await;
     let sub = submission("AWD-D", "2026-11-29T10:00:00Z", b"late", 77);
@@ -670,7 +678,7 @@ async fn exhausted_pool_answers_unavailable_within_the_acquire_timeout() {
     let db = TestDb::new(Kind::Postgres).await;
     let mut args = serve_args(&db);
     args.store.db_pool_size = 1;
-    let app = TestApp::spawn(args).await;
+    let app = TestApp::spawn(waits_on_locks(args)).await;
     let lock = ClaimLock::take(&db).await;
     let mut first_client = app.client().await;
     let first = tokio::spawn(async move {

@@ -19,6 +19,7 @@ macro_rules! on_both_stores {
 }
 
 mod chaos;
+mod cluster;
 mod hardening;
 mod helpers;
 mod hostile;

@@ -105,7 +105,8 @@ async fn ledger_rows(
     now: OffsetDateTime,
 ) -> Result<Vec<Disbursement>, StoreError> {
     let totals = totals_by_award(claimed)?;
-    let last = bump_balances(tx, &totals, now).await?;
+    let bumped = bump_balances(tx, &totals, now).await?;
+    let last: HashMap<String, i64> = bumped.iter().map(|(a, (seq, _))| (a.clone(), *seq)).collect();
     let counts: HashMap<&str, i64> = totals.iter().map(|t| (t.0, t.2)).collect();
     let seqs = assign_sequences(claimed, &last, &counts);
     Ok(claimed
@@ -115,20 +116,23 @@ async fn ledger_rows(
             id: id_of[s.key.as_str()],
             award_id: s.award_id.clone(),
             amount_cents: s.amount_cents,
-            recorded_at: now,
+            recorded_at: bumped[&s.award_id].1,
             sequence,
         })
         .collect())
 }
 
 /// Adds the claimed amounts to the running totals; returns each award's
-/// `last_sequence` after the increment. A total that would overflow is not
-/// updated (the guard), and its award is reported: the caller rolls back.
+/// `last_sequence` after the increment and the time its row was locked,
+/// the award's `recorded_at` (taken after any wait for another
+/// transaction's lock, so within an award a higher sequence never has an
+/// earlier time). A total that would overflow is not updated (the guard),
+/// and its award is reported: the caller rolls back.
 async fn bump_balances(
     tx: &mut Transaction<'_, Postgres>,
     totals: &[(&str, i64, i64)],
     now: OffsetDateTime,
-) -> Result<HashMap<String, i64>, StoreError> {
+) -> Result<HashMap<String, (i64, OffsetDateTime)>, StoreError> {
     let awards: Vec<&str> = totals.iter().map(|t| t.0).collect();
     let sums: Vec<i64> = totals.iter().map(|t| t.1).collect();
     let counts: Vec<i64> = totals.iter().map(|t| t.2).collect();
@@ -141,7 +145,7 @@ async fn bump_balances(
            last_sequence = b.last_sequence + excluded.disbursement_count, \
            updated_at = excluded.updated_at \
          WHERE b.total_cents <= 9223372036854775807 - excluded.total_cents \
-         RETURNING award_id, last_sequence",
+         RETURNING award_id, last_sequence, clock_timestamp()",
     )
     .bind(&awards)
     .bind(&sums)
@@ -151,7 +155,10 @@ async fn bump_balances(
     .await?;
     let last = rows
         .iter()
-        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .map(|r| {
+            let locked_at: OffsetDateTime = r.try_get(2)?;
+            Ok((r.try_get::<String, _>(0)?, (r.try_get::<i64, _>(1)?, locked_at)))
+        })
         .collect::<Result<HashMap<_, _>, sqlx::Error>>()?;
     match awards.iter().find(|a| !last.contains_key(**a)) {
         Some(award) => Err(StoreError::TotalOverflow(award.to_string())),
