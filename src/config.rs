@@ -458,6 +458,7 @@ impl BrokerArgs {
         matches!(self.sink, SinkSpec::Redis(_) | SinkSpec::Nats(_)).then(|| SinkSettings {
             spec: self.sink.clone(),
             stream: self.stream.clone(),
+            connection_name: "oncegate-reconcile".into(),
             subject: String::new(),
             stream_maxlen: self.stream_maxlen,
         })
@@ -529,8 +530,8 @@ impl ServeArgs {
         self.check_least_privilege(&store)?;
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
-            reconcile: self.reconcile_settings(&retention)?,
-            reconcile_interval: self.reconcile_interval(&store),
+            reconcile: self.reconcile_settings(&retention, &instance)?,
+            reconcile_interval: self.reconcile_interval(&store.url),
             retention,
             require_least_privilege: self.require_least_privilege,
             store,
@@ -572,17 +573,21 @@ impl ServeArgs {
     }
 
     /// The scheduled reconcile: this sidecar's retention windows and broker.
-    fn reconcile_settings(&self, retention: &RetentionPolicy) -> Result<ReconcileSettings, ConfigError> {
-        let broker = Some(self.relay.sink());
+    fn reconcile_settings(
+        &self,
+        retention: &RetentionPolicy,
+        instance: &str,
+    ) -> Result<ReconcileSettings, ConfigError> {
+        let broker = Some(self.relay.sink(instance));
         self.reconcile
             .settings(retention.retention, retention.outbox_retention, broker, 5)
     }
 
     /// `ONCEGATE_RECONCILE_INTERVAL`, or the store's default; zero: off.
-    fn reconcile_interval(&self, store: &StoreSettings) -> Duration {
+    fn reconcile_interval(&self, store_url: &str) -> Duration {
         match self.reconcile_interval {
             Some(interval) => interval,
-            None if store.url.starts_with("sqlite://") => Duration::ZERO,
+            None if store_url.starts_with("sqlite://") => Duration::ZERO,
             None => DEFAULT_RECONCILE_INTERVAL,
         }
     }
@@ -647,10 +652,7 @@ impl ServeArgs {
             self.relay.relay_sink,
             humantime::format_duration(self.retention.retention),
             self.store.db_pool_size,
-            humantime::format_duration(self.reconcile_interval(&StoreSettings {
-                url: self.store.url(),
-                pool_size: 0,
-            })),
+            humantime::format_duration(self.reconcile_interval(&self.store.url())),
         )
     }
 }

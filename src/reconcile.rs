@@ -211,11 +211,11 @@ impl Reconciler {
             return Ok(None);
         };
         let Some(mut log) = broker::open(settings).await.map_err(ReconcileError::Broker)? else {
-            t.remark(
-                Check::Broker,
-                false,
-                format!("the sink {} is no broker", settings.spec),
+            let why = format!(
+                "the sink {} keeps no log to read back (the Redis and NATS sinks do)",
+                settings.spec
             );
+            t.remark(Check::Broker, false, why);
             return Ok(None);
         };
         let result = self.read_log(&mut *log, now, t).await;

@@ -55,11 +55,12 @@ pub trait BrokerLog: Send {
     async fn close(self: Box<Self>);
 }
 
-/// The reader for the relay's sink, or `None` when the sink is no broker
-/// (`none`, `log`).
+/// The reader for the relay's sink, or `None` when the sink keeps no log
+/// to read back: `none`, `log`, and AMQP (an exchange routes each message
+/// to queues whose consumers take it away).
 pub async fn open(settings: &SinkSettings) -> Result<Option<Box<dyn BrokerLog>>, String> {
     Ok(match &settings.spec {
-        SinkSpec::None | SinkSpec::Log => None,
+        SinkSpec::None | SinkSpec::Log | SinkSpec::Amqp(_) => None,
         SinkSpec::Redis(url) => Some(Box::new(
             super::redis_stream::RedisStreamLog::connect(url, &settings.stream, settings.stream_maxlen)
                 .await?,

@@ -55,6 +55,7 @@ fn redis_broker(stream: &str) -> SinkSettings {
     SinkSettings {
         spec: SinkSpec::parse(&redis_url()).unwrap(),
         stream: stream.into(),
+        connection_name: "it-reconcile".into(),
         subject: String::new(),
         stream_maxlen: 1_000_000,
     }
@@ -552,6 +553,7 @@ async fn the_jetstream_stream_must_hold_every_published_event_and_nothing_else(k
     let broker = SinkSettings {
         spec: SinkSpec::parse(&nats_url()).unwrap(),
         stream: js.name.clone(),
+        connection_name: "it-reconcile".into(),
         subject: js.subject.clone(),
         stream_maxlen: 0,
     };
