@@ -12,6 +12,7 @@ use crate::error::{ConfigError, StoreError};
 use crate::gate::Gate;
 use crate::group_commit::{Committer, GroupCommitSettings};
 use crate::pb;
+use crate::reconcile::{ReconcileSettings, Reconciler};
 use crate::redis_tier::{RedisSettings, RedisTier};
 use crate::relay::{Relay, RelaySettings, SinkSettings};
 use crate::retention::Retention;
@@ -58,6 +59,9 @@ pub struct AppConfig {
     pub retention: RetentionPolicy,
     /// How often the purge runs; zero: never.
     pub purge_interval: Duration,
+    pub reconcile: ReconcileSettings,
+    /// How often reconcile runs; zero: never.
+    pub reconcile_interval: Duration,
     pub limits: Limits,
     pub server: ServerLimits,
     pub effects: EffectsSettings,
@@ -370,8 +374,8 @@ async fn drain(
     shutdown.advance(Phase::FlushAudit);
 }
 
-/// The audit flusher, the relay, the purge and the gauges, each ending at
-/// its phase.
+/// The audit flusher, the relay, the purge, reconciliation and the gauges,
+/// each ending at its phase.
 fn spawn_background(
     tasks: &mut Tasks,
     shutdown: &Shutdown,
@@ -397,6 +401,14 @@ fn spawn_background(
         let (stop, interval) = (shutdown.stop_at(Phase::StopBackground), config.purge_interval);
         tasks.spawn("retention purge", async move {
             retention.run(interval, stop).await;
+            Ok(())
+        });
+    }
+    if !config.reconcile_interval.is_zero() {
+        let reconciler = Reconciler::new(store.clone(), config.reconcile.clone());
+        let (stop, interval) = (shutdown.stop_at(Phase::StopBackground), config.reconcile_interval);
+        tasks.spawn("reconciliation", async move {
+            reconciler.run_every(interval, stop).await;
             Ok(())
         });
     }

@@ -4,10 +4,12 @@
 //! - `serve`, `migrate`, `purge`, `relay`: here;
 //! - `key`: here; `submit`, `lookup` (calls to a running sidecar): [`remote`];
 //! - `effect begin|complete|release|get` (DESIGN §9 records): [`effect`];
-//! - `bench` (the load generator and its echo yardstick): [`bench`].
+//! - `bench` (the load generator and its echo yardstick): [`bench`];
+//! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
 
 pub mod bench;
 pub mod effect;
+pub mod ops;
 pub mod remote;
 
 use crate::app::{App, AppConfig};
@@ -59,6 +61,13 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run the outbox relay alone (no gRPC).
     Relay(RelayArgs),
+    /// Check that claims, ledger, running totals, sequences, outbox events (and
+    /// the broker, with --sink) agree; exit 1 on any mismatch.
+    Reconcile(Box<ops::ReconcileArgs>),
+    /// Show a key's claim, ledger row, outbox event and audit history (or an award's).
+    Inspect(ops::InspectArgs),
+    /// List the outbox events waiting or quarantined; put quarantined ones back.
+    Outbox(ops::OutboxArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -128,6 +137,7 @@ pub enum Job {
         relay: RelaySettings,
         metrics_listen: SocketAddr,
     },
+    Ops(ops::OpsJob),
 }
 
 impl Command {
@@ -183,6 +193,9 @@ impl Command {
                 relay: args.relay.relay(&hostname())?,
                 metrics_listen: args.metrics_listen,
             },
+            Self::Reconcile(args) => Job::Ops(args.resolve()?),
+            Self::Inspect(args) => Job::Ops(args.resolve()?),
+            Self::Outbox(args) => Job::Ops(args.resolve()?),
         })
     }
 }
@@ -204,6 +217,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
             relay,
             metrics_listen,
         } => run_relay(store, sink, relay, metrics_listen).await,
+        Job::Ops(job) => ops::run(job).await,
     }
 }
 

@@ -14,6 +14,7 @@ use crate::cache::CacheSettings;
 use crate::effects::EffectsSettings;
 use crate::error::ConfigError;
 use crate::group_commit::GroupCommitSettings;
+use crate::reconcile::ReconcileSettings;
 use crate::redis_tier::RedisSettings;
 use crate::relay::{RelaySettings, SinkSettings, SinkSpec};
 use crate::secret::mask_url;
@@ -218,6 +219,13 @@ pub struct ServeArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub effects: EffectsArgs,
+    #[command(flatten)]
+    pub reconcile: ReconcileBatchArgs,
+    /// How often `serve` reconciles the ledger (and the relay's broker), one
+    /// instance at a time; 0s disables it. Default: 1h on Postgres, off on
+    /// the embedded SQLite store (run `oncegate reconcile` there).
+    #[arg(long, env = "ONCEGATE_RECONCILE_INTERVAL", value_parser = humantime::parse_duration)]
+    pub reconcile_interval: Option<Duration>,
 }
 
 /// Effects outside the ledger (DESIGN §9): the caches' dedup window.
@@ -452,6 +460,105 @@ impl RetentionArgs {
     }
 }
 
+/// How reconcile reads the store.
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileBatchArgs {
+    /// Ledger rows per reconcile statement: each batch is one short read,
+    /// nothing is locked and no snapshot outlives it.
+    #[arg(long, env = "ONCEGATE_RECONCILE_BATCH", default_value_t = 5000)]
+    pub reconcile_batch: i64,
+}
+
+/// The scheduled reconcile's default: on for Postgres, where a sidecar is
+/// one of several writers; off for SQLite.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(3600);
+
+impl ReconcileBatchArgs {
+    /// The reconcile settings, with the windows retention may have emptied.
+    pub fn settings(
+        &self,
+        retention: Duration,
+        outbox_retention: Duration,
+        broker: Option<SinkSettings>,
+        examples: usize,
+    ) -> Result<ReconcileSettings, ConfigError> {
+        if self.reconcile_batch < 1 {
+            return Err(ConfigError::new("ONCEGATE_RECONCILE_BATCH must be at least 1"));
+        }
+        Ok(ReconcileSettings {
+            batch: self.reconcile_batch,
+            retention,
+            outbox_retention,
+            examples,
+            broker,
+        })
+    }
+}
+
+/// The broker the relay publishes to, for reading it back (`reconcile`).
+#[derive(Debug, Clone, Args)]
+pub struct BrokerArgs {
+    /// The relay's broker, read back and compared with the ledger:
+    /// `redis://…` (Streams) or `nats://…` (JetStream); `none`: the ledger only.
+    #[arg(long = "sink", env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
+    pub sink: SinkSpec,
+    /// Redis stream key, or JetStream stream name.
+    #[arg(
+        long = "stream",
+        env = "ONCEGATE_RELAY_STREAM",
+        default_value = "oncegate-events"
+    )]
+    pub stream: String,
+    /// The relay's Redis stream cap (XADD MAXLEN ~): a stream shorter than
+    /// it has lost no entry to trimming.
+    #[arg(
+        long = "stream-maxlen",
+        env = "ONCEGATE_RELAY_STREAM_MAXLEN",
+        default_value_t = 1_000_000
+    )]
+    pub stream_maxlen: u64,
+}
+
+impl BrokerArgs {
+    /// The sink to read back; `None` for `none` and `log`.
+    pub fn sink(&self) -> Option<SinkSettings> {
+        matches!(self.sink, SinkSpec::Redis(_) | SinkSpec::Nats(_)).then(|| SinkSettings {
+            spec: self.sink.clone(),
+            stream: self.stream.clone(),
+            connection_name: "oncegate-reconcile".into(),
+            subject: String::new(),
+            stream_maxlen: self.stream_maxlen,
+        })
+    }
+}
+
+/// The retention windows reconcile allows for (as the sidecar's settings).
+#[derive(Debug, Clone, Args)]
+pub struct RetentionWindowArgs {
+    /// The sidecar's claim retention: a ledger row older than this may have
+    /// lost its claim to the purge.
+    #[arg(long, env = "ONCEGATE_RETENTION", default_value = "3years", value_parser = humantime::parse_duration)]
+    pub retention: Duration,
+    /// The sidecar's outbox retention: a ledger row older than this may have
+    /// lost its published event to the cleanup.
+    #[arg(long, env = "ONCEGATE_OUTBOX_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub outbox_retention: Duration,
+}
+
+impl RetentionWindowArgs {
+    pub fn check(&self) -> Result<(Duration, Duration), ConfigError> {
+        if self.retention.is_zero() {
+            return Err(ConfigError::new("ONCEGATE_RETENTION must be greater than 0"));
+        }
+        if self.outbox_retention.is_zero() {
+            return Err(ConfigError::new(
+                "ONCEGATE_OUTBOX_RETENTION must be greater than 0",
+            ));
+        }
+        Ok((self.retention, self.outbox_retention))
+    }
+}
+
 /// The host name, for the default instance id.
 pub fn hostname() -> String {
     std::env::var("HOSTNAME")
@@ -488,8 +595,11 @@ impl ServeArgs {
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
         let store = self.store.settings(u32::MAX)?;
         self.check_least_privilege(&store)?;
+        let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
-            retention: self.retention.policy_for(&store.url)?,
+            reconcile: self.reconcile_settings(&retention, &instance)?,
+            reconcile_interval: self.reconcile_interval(&store.url),
+            retention,
             require_least_privilege: self.require_least_privilege,
             store,
             migrate_on_start: self.migrate_on_start,
@@ -528,6 +638,26 @@ impl ServeArgs {
             effects: self.effects.settings(self.l1_ttl)?,
             instance,
         })
+    }
+
+    /// The scheduled reconcile: this sidecar's retention windows and broker.
+    fn reconcile_settings(
+        &self,
+        retention: &RetentionPolicy,
+        instance: &str,
+    ) -> Result<ReconcileSettings, ConfigError> {
+        let broker = Some(self.relay.sink(instance));
+        self.reconcile
+            .settings(retention.retention, retention.outbox_retention, broker, 5)
+    }
+
+    /// `ONCEGATE_RECONCILE_INTERVAL`, or the store's default; zero: off.
+    fn reconcile_interval(&self, store_url: &str) -> Duration {
+        match self.reconcile_interval {
+            Some(interval) => interval,
+            None if store_url.starts_with("sqlite://") => Duration::ZERO,
+            None => DEFAULT_RECONCILE_INTERVAL,
+        }
     }
 
     /// Least privilege is a Postgres matter, and migrations need the owner.
@@ -575,7 +705,7 @@ impl ServeArgs {
             "store={} redis={} listen={} health_listen={} metrics_listen={} tls={} mtls={} \
              l1_bytes={} l1_ttl={:?} group_commit_max_batch={} group_commit_workers={} \
              max_in_flight={} relay_sink={} retention={} pool={} effects_cache_ttl={} \
-             effects_namespace_ttl={:?}",
+             effects_namespace_ttl={:?} reconcile_interval={}",
             mask_url(&self.store.url()),
             self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
@@ -593,6 +723,7 @@ impl ServeArgs {
             self.store.db_pool_size,
             humantime::format_duration(self.effects.effects_cache_ttl),
             self.effects.effects_namespace_ttl,
+            humantime::format_duration(self.reconcile_interval(&self.store.url())),
         )
     }
 }

@@ -355,6 +355,63 @@ mod tests {
         async fn effect_get(&self, _: &str, _: &str) -> Result<Option<EffectRecord>, StoreError> {
             unimplemented!()
         }
+        async fn reconcile_start(&self) -> Result<ops::ReconcileStart, StoreError> {
+            unimplemented!()
+        }
+        async fn try_reconcile_lock(&self) -> Result<Option<ops::RunLock>, StoreError> {
+            unimplemented!()
+        }
+        async fn key_batch_end(&self, _: &str, _: i64) -> Result<Option<String>, StoreError> {
+            unimplemented!()
+        }
+        async fn reconcile_keys(
+            &self,
+            _: &str,
+            _: Option<&str>,
+            _: time::OffsetDateTime,
+        ) -> Result<Vec<ops::KeyPair>, StoreError> {
+            unimplemented!()
+        }
+        async fn reconcile_events(&self, _: Uuid, _: i64) -> Result<Vec<ops::EventPair>, StoreError> {
+            unimplemented!()
+        }
+        async fn award_batch_end(&self, _: &str, _: i64) -> Result<Option<String>, StoreError> {
+            unimplemented!()
+        }
+        async fn reconcile_awards(
+            &self,
+            _: &str,
+            _: Option<&str>,
+        ) -> Result<Vec<ops::AwardTotals>, StoreError> {
+            unimplemented!()
+        }
+        async fn first_sequence_gap(&self, _: &str) -> Result<Option<ops::SequenceGap>, StoreError> {
+            unimplemented!()
+        }
+        async fn ledger_matches(&self, _: &[String]) -> Result<Vec<ops::LedgerMatch>, StoreError> {
+            unimplemented!()
+        }
+        async fn inspect_key(&self, _: &str) -> Result<ops::KeyInspection, StoreError> {
+            unimplemented!()
+        }
+        async fn award_keys(
+            &self,
+            _: &str,
+            _: i64,
+        ) -> Result<(Option<ops::Balance>, Vec<String>), StoreError> {
+            unimplemented!()
+        }
+        async fn list_outbox(&self, _: &ops::OutboxFilter) -> Result<Vec<ops::EventRecord>, StoreError> {
+            unimplemented!()
+        }
+        async fn redrive_outbox(
+            &self,
+            _: &ops::RedriveTarget,
+            _: i64,
+            _: &ops::RedriveBy,
+        ) -> Result<Vec<ops::RedriveOutcome>, StoreError> {
+            unimplemented!()
+        }
     }
 
     fn item(award: &str) -> Submission {

@@ -59,6 +59,7 @@ pub mod gate;
 pub mod group_commit;
 pub mod key;
 pub mod metrics;
+pub mod reconcile;
 pub mod redis_tier;
 pub mod relay;
 pub mod retention;

@@ -137,4 +137,36 @@ fn describe() {
         "oncegate_purge_lag_seconds",
         "How far the oldest claim is past retention"
     );
+    describe_counter!(
+        "oncegate_group_commit_worker_restarts_total",
+        "Group-commit workers that died and were replaced"
+    );
+    describe_gauge!(
+        "oncegate_db_role_privileged",
+        "1 when the database role can change the ledger, audit trail or retention floor"
+    );
+    describe_gauge!(
+        "oncegate_relay_breaker_state",
+        "Relay's broker: 0 reachable, 1 paused by an outage"
+    );
+    describe_counter!(
+        "oncegate_relay_outages_total",
+        "Broker outages that paused the relay"
+    );
+    describe_gauge!(
+        "oncegate_reconciliation_mismatches",
+        "Mismatches found by the last reconciliation, by check"
+    );
+    describe_gauge!(
+        "oncegate_reconciliation_last_run_timestamp_seconds",
+        "Unix time the last reconciliation finished"
+    );
+    describe_gauge!(
+        "oncegate_reconciliation_last_duration_seconds",
+        "How long the last reconciliation took"
+    );
+    describe_counter!(
+        "oncegate_reconciliation_runs_total",
+        "Reconciliation runs by result (clean, mismatch, error, skipped)"
+    );
 }

@@ -6,6 +6,8 @@
 //! outbox event and audit row. Commit, then answer.
 
 pub mod effect;
+
+pub mod ops;
 pub mod postgres;
 pub mod shared;
 pub mod sqlite;
@@ -207,6 +209,8 @@ pub enum AuditDecision {
     EffectRetaken,
     /// An effect's key reused with a different request.
     EffectRejected,
+    /// A quarantined outbox event put back to pending by an operator.
+    Redriven,
 }
 
 impl AuditDecision {
@@ -220,6 +224,7 @@ impl AuditDecision {
             Self::EffectReleased => "effect_released",
             Self::EffectRetaken => "effect_retaken",
             Self::EffectRejected => "effect_rejected",
+            Self::Redriven => "redriven",
         }
     }
 }
@@ -448,6 +453,81 @@ pub trait Store: Send + Sync + 'static {
 
     /// The record as stored (read-only).
     async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError>;
+
+    // Operations (DESIGN §10): reconcile, inspect, outbox list and redrive.
+    // Every read is one short statement: nothing locks the ledger or holds
+    // a snapshot for longer than one batch.
+
+    /// The store's clock and the oldest claim and published event left.
+    async fn reconcile_start(&self) -> Result<ops::ReconcileStart, StoreError>;
+
+    /// The scheduled reconcile's lock: `None` while another instance holds it.
+    async fn try_reconcile_lock(&self) -> Result<Option<ops::RunLock>, StoreError>;
+
+    /// Where a key batch starting after `after` should end to hold `limit`
+    /// ledger rows: `None` when fewer are left (the batch is the last).
+    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError>;
+
+    /// The ledger rows with keys in (`after`, `until`] (`None`: no upper
+    /// bound) full-joined with the claims of the same keys, in key order
+    /// and one snapshot. Ledger rows recorded at or after `events_since`
+    /// carry the number of ledger events the outbox holds for them.
+    async fn reconcile_keys(
+        &self,
+        after: &str,
+        until: Option<&str>,
+        events_since: OffsetDateTime,
+    ) -> Result<Vec<ops::KeyPair>, StoreError>;
+
+    /// The outbox events with ids after `after`, at most `limit` in id
+    /// order, each with the ledger row of its award and sequence.
+    async fn reconcile_events(&self, after: Uuid, limit: i64) -> Result<Vec<ops::EventPair>, StoreError>;
+
+    /// Where an award batch starting after `after` should end so that it
+    /// covers about `max_rows` ledger rows (at least one award): `None` when
+    /// the rest fits (the batch is the last).
+    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError>;
+
+    /// The running totals of the awards in (`after`, `until`] (`None`: no
+    /// upper bound) full-joined with their ledger rows' aggregates, in one
+    /// snapshot.
+    async fn reconcile_awards(
+        &self,
+        after: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<ops::AwardTotals>, StoreError>;
+
+    /// The first row of `award_id` whose sequence is not its predecessor's plus one.
+    async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<ops::SequenceGap>, StoreError>;
+
+    /// The ledger rows of these keys (those that exist), with their events' ids.
+    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<ops::LedgerMatch>, StoreError>;
+
+    /// Claim, ledger row, events and audit history of one key.
+    async fn inspect_key(&self, key: &str) -> Result<ops::KeyInspection, StoreError>;
+
+    /// An award's running total and its `limit` most recent keys (ledger
+    /// rows by sequence, newest first).
+    async fn award_keys(
+        &self,
+        award_id: &str,
+        limit: i64,
+    ) -> Result<(Option<ops::Balance>, Vec<String>), StoreError>;
+
+    /// Unpublished outbox events, oldest first.
+    async fn list_outbox(&self, filter: &ops::OutboxFilter) -> Result<Vec<ops::EventRecord>, StoreError>;
+
+    /// Puts quarantined events back to pending (attempts reset, lease
+    /// cleared, `created_at` kept, so the relay takes them in per-award
+    /// order) with one `redriven` audit row each, in one transaction; at
+    /// most `limit` events for [`ops::RedriveTarget::AllQuarantined`], oldest
+    /// first. Wakes the relays.
+    async fn redrive_outbox(
+        &self,
+        target: &ops::RedriveTarget,
+        limit: i64,
+        by: &ops::RedriveBy,
+    ) -> Result<Vec<ops::RedriveOutcome>, StoreError>;
 }
 
 /// Opens the store for its URL: `postgres://…` or `sqlite://path`.

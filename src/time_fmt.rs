@@ -33,3 +33,20 @@ pub fn now_micros() -> OffsetDateTime {
     now.replace_nanosecond(now.nanosecond() / 1000 * 1000)
         .unwrap_or(now)
 }
+
+/// Serde `serialize_with` helpers: times as [`rfc3339`] strings.
+pub mod serde_rfc3339 {
+    use time::OffsetDateTime;
+
+    pub fn serialize<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::rfc3339(*t))
+    }
+
+    /// An optional time: `null` when absent.
+    pub fn option<S: serde::Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&super::rfc3339(*t)),
+            None => s.serialize_none(),
+        }
+    }
+}

@@ -1,6 +1,8 @@
 """Checks of the oncegate Helm chart, offline: lint, render, Kubernetes 1.30
 schemas, the locked-down security context, secrets by reference, probes,
-shutdown budget, the migration hook and the two-line sidecar include.
+shutdown budget, the migration hook, the two-line sidecar include, and the
+Grafana dashboard and alert rules against the metrics a real sidecar
+exports (target/debug/oncegate or $ONCEGATE_BIN, started locally).
 
 Run through `helm/check`, which prepares the virtualenv.
 """
@@ -311,7 +313,8 @@ def test_rendered_manifests_validate_against_kubernetes_1_30_strict(values_name)
     for doc in docs:
         where = f"{doc.get('kind')}/{doc['metadata'].get('name')}"
         if doc.get("apiVersion", "").split("/")[0] == PROMETHEUS_OPERATOR_GROUP:
-            errors += [f"{where}: {e}" for e in check_service_monitor(doc, docs)]
+            check = check_prometheus_rule(doc) if doc["kind"] == "PrometheusRule" else check_service_monitor(doc, docs)
+            errors += [f"{where}: {e}" for e in check]
             continue
         if "namespace" in doc["metadata"]:
             errors.append(f"{where}: hard-codes metadata.namespace")
@@ -646,7 +649,8 @@ def test_metrics_service_monitor_pdb_and_network_policy():
 
 def test_optional_resources_are_off_by_default():
     kinds = {d["kind"] for d in render("production")}
-    assert not kinds & {"Service", "ServiceMonitor", "PodDisruptionBudget", "NetworkPolicy", "Secret"}
+    assert not kinds & {"Service", "ServiceMonitor", "PodDisruptionBudget", "NetworkPolicy", "Secret",
+                        "ConfigMap", "PrometheusRule"}
 
 
 @pytest.mark.parametrize("values_name", VALUES_FILES)
@@ -934,3 +938,293 @@ def test_dockerfile_builds_locked_release_into_a_nonroot_minimal_image():
     ignore = (REPO / ".dockerignore").read_text().split()
     for entry in ("target", ".git", "bench/results", "clients/python/.venv", ".venv-chart"):
         assert any(line.strip("/") in {entry, entry + "/", "**/" + entry} for line in ignore), entry
+
+
+# --------------------------------------------------------------------------
+# the Grafana dashboard and the alert rules, against what the binary exports
+
+DASHBOARD_FILE = CHART / "dashboards" / "oncegate.json"
+METRICS_RS = REPO / "src" / "metrics.rs"
+# Labels Prometheus adds to every series it scrapes through the ServiceMonitor.
+TARGET_LABELS = {"namespace", "pod", "job", "instance", "service", "container", "endpoint"}
+PROMQL_WORDS = {
+    # aggregations and their modifiers
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "bool", "and", "or", "unless", "offset",
+    # functions used here (any other name would be taken for a metric and fail)
+    "rate", "irate", "increase", "delta", "histogram_quantile", "min_over_time", "max_over_time",
+    "avg_over_time", "time", "absent", "clamp_min", "label_values",
+}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects: every identifier that is not a
+    PromQL word, a label name, a string, a number or a Grafana variable."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    expr = re.sub(r"\blabel_values\((.*),\s*\w+\s*\)", r"\1", expr)  # Grafana: label_values(metric, label)
+    expr = re.sub(r"\$\{?\w+\}?", "", expr)
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    expr = re.sub(r"\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\boffset\s+-?[0-9a-z]+", "", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\b\d+(\.\d+)?(e[+-]?\d+)?\b", "", expr)
+    return {t for t in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr) if t not in PROMQL_WORDS}
+
+
+def promql_matcher_labels(expr: str) -> dict[str, set[str]]:
+    """metric name -> the label names its `{…}` matchers use."""
+    expr = re.sub(r"\$\{?\w+\}?", "X", expr)
+    found: dict[str, set[str]] = {}
+    for name, matchers in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}", expr):
+        found.setdefault(name, set()).update(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", matchers))
+    return found
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD_FILE.read_text())
+
+
+def dashboard_exprs(board: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+def rule_exprs(rule: dict[str, Any]) -> list[str]:
+    return [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
+def described_metrics() -> dict[str, str]:
+    """name -> counter | gauge | histogram, as src/metrics.rs describes them."""
+    text = METRICS_RS.read_text()
+    return {n: k for k, n in re.findall(r'describe_(counter|gauge|histogram)!\(\s*"([a-z0-9_]+)"', text)}
+
+
+def emitted_metrics() -> dict[str, str]:
+    """name -> kind of every metric the code records."""
+    found = {}
+    for path in (REPO / "src").rglob("*.rs"):
+        for kind, name in re.findall(r'metrics::(counter|gauge|histogram)!\(\s*"([a-z0-9_]+)"', path.read_text()):
+            found[name] = kind
+    return found
+
+
+def series_base(name: str, described: dict[str, str]) -> str:
+    """A histogram's `_bucket`/`_sum`/`_count` series -> the histogram's name."""
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and described.get(name[: -len(suffix)]) == "histogram":
+            return name[: -len(suffix)]
+    return name
+
+
+def check_prometheus_rule(rule: dict[str, Any]) -> list[str]:
+    """PrometheusRule is a CRD without a bundled schema: check its fields here."""
+    errors = []
+    if rule["apiVersion"] != "monitoring.coreos.com/v1":
+        errors.append(f"apiVersion {rule['apiVersion']}")
+    if set(rule) - {"apiVersion", "kind", "metadata", "spec"}:
+        errors.append(f"unknown top-level fields {set(rule) - {'apiVersion', 'kind', 'metadata', 'spec'}}")
+    duration = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+    groups = rule.get("spec", {}).get("groups") or []
+    if not groups or set(rule["spec"]) - {"groups"}:
+        errors.append("spec must hold groups only")
+    for g in groups:
+        if set(g) - {"name", "interval", "rules", "partial_response_strategy", "limit"} or not g.get("name"):
+            errors.append(f"group {g.get('name')!r}: bad fields {sorted(g)}")
+        for r in g.get("rules") or []:
+            name = r.get("alert") or r.get("record")
+            if set(r) - {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}:
+                errors.append(f"{name}: unknown fields {set(r) - {'alert', 'expr', 'for', 'labels', 'annotations'}}")
+            if not isinstance(r.get("expr"), str) or r["expr"].count("(") != r["expr"].count(")"):
+                errors.append(f"{name}: expr is not a balanced expression")
+            if "for" in r and not duration.match(str(r["for"])):
+                errors.append(f"{name}: for {r['for']!r} is not a duration")
+            for key, value in {**r.get("labels", {}), **r.get("annotations", {})}.items():
+                if not isinstance(value, str):
+                    errors.append(f"{name}: {key} is not a string")
+    return errors
+
+
+def test_dashboard_is_a_configmap_for_the_grafana_sidecar():
+    docs = render("observability")
+    (cm,) = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "oncegate"}
+    board = json.loads(cm["data"]["oncegate.json"])
+    assert board == dashboard(), "the ConfigMap carries dashboards/oncegate.json as it is"
+    assert len(cm["data"]["oncegate.json"]) < 256 * 1024, "fits kubectl's last-applied annotation"
+    assert board["uid"] == "oncegate" and board["title"] == "oncegate"
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["query"] == "prometheus"
+    ids, cells = set(), set()
+    for p in board["panels"]:
+        assert p["id"] not in ids, f"panel id {p['id']} twice"
+        ids.add(p["id"])
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panel {p['title']!r} overlaps another"
+                cells.add((x, y))
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert p["targets"] and all(t["expr"].strip() for t in p["targets"]), p["title"]
+            assert p.get("description"), f"panel {p['title']!r} says what it shows"
+            for t in p["targets"]:
+                assert 'namespace=~"$namespace"' in t["expr"] or t["expr"].startswith("time() - max("), t["expr"]
+    titles = " ".join(p["title"].lower() for p in board["panels"])
+    for topic in ("decisions by outcome and tier", "latency", "tier hit ratio", "breaker", "group-commit batch size",
+                  "outbox backlog", "oldest unpublished", "quarantined", "purge", "reconciliation"):
+        assert topic in titles, f"a panel for {topic}"
+
+
+def test_prometheus_rule_alerts_on_what_an_operator_must_act_on():
+    docs = render("observability")
+    rule = one(docs, "PrometheusRule")
+    assert check_prometheus_rule(rule) == []
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    for alert in ("OncegateOutboxEventsWaiting", "OncegateOutboxEventsQuarantined", "OncegateRedisBreakerOpen",
+                  "OncegateRelayBrokerUnreachable", "OncegateAuditRowsDropped", "OncegateReconciliationMismatch",
+                  "OncegatePurgeLagging", "OncegatePrivilegedDatabaseRole", "OncegateReconciliationStale"):
+        r = rules[alert]
+        assert f'namespace="{NAMESPACE}"' in r["expr"], f"{alert} is scoped to the release"
+        assert r["labels"]["severity"] in {"warning", "critical"}, alert
+        assert r["annotations"]["summary"] and r["annotations"]["description"], alert
+        assert "{{" not in r["expr"], f"{alert}: Helm left a template in the expression"
+    assert rules["OncegateOutboxEventsWaiting"]["expr"].endswith("> 600"), "the threshold is a value"
+    assert "[10m]" in rules["OncegateRedisBreakerOpen"]["expr"]
+    assert "{{ $value | humanizeDuration }}" in rules["OncegateOutboxEventsWaiting"]["annotations"]["description"]
+    assert "oncegate outbox retry" in rules["OncegateOutboxEventsQuarantined"]["annotations"]["description"]
+    assert "oncegate reconcile" in rules["OncegateReconciliationMismatch"]["annotations"]["description"]
+
+
+def test_the_metric_name_check_is_not_vacuous():
+    expr = ('histogram_quantile(0.99, sum by (le, method) (rate(oncegate_request_duration_seconds_bucket'
+            '{namespace=~"$namespace", result="ok"}[$__rate_interval]))) / on (pod) up offset 5m > 1e3')
+    assert promql_metric_names(expr) == {"oncegate_request_duration_seconds_bucket", "up"}
+    assert promql_metric_names('label_values(oncegate_decisions_total{a="b"}, pod)') == {"oncegate_decisions_total"}
+    assert promql_matcher_labels(expr) == {"oncegate_request_duration_seconds_bucket": {"namespace", "result"}}
+
+
+def test_every_metric_the_code_sets_is_described_and_nothing_more():
+    assert emitted_metrics() == described_metrics()
+
+
+# Metrics the panels and rules use that the scraped sidecar below cannot
+# produce: a failure or a Postgres store is needed. Each is in src/metrics.rs.
+NOT_SCRAPED_HERE = {
+    "oncegate_audit_dropped_total": "a full audit queue or a store down at shutdown",
+    "oncegate_db_role_privileged": "Postgres only",
+    "oncegate_db_pool_connections": "Postgres only",
+    "oncegate_outbox_publish_errors_total": "a broker refusing or unreachable",
+    "oncegate_outbox_quarantined_total": "a broker refusing an event max-attempts times",
+    "oncegate_tier_errors_total": "a failing tier",
+    "oncegate_group_commit_fallbacks_total": "a batch failing on a lock",
+    "oncegate_redis_breaker_state": "Redis (driven too when one answers on 127.0.0.1:6379)",
+}
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reachable(host: str, port: int) -> bool:
+    import socket
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def scrape(port: int) -> str:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory) -> tuple[dict[str, str], dict[str, set[str]], bool]:
+    """A real sidecar (SQLite, log relay sink, Redis when one answers), driven
+    with a fresh claim, a duplicate and an invalid submission, with the purge and
+    reconcile running: (name -> TYPE, name -> label names, Redis used)."""
+    import os
+    import subprocess
+    import time
+    import uuid
+
+    binary = pathlib.Path(os.environ.get("ONCEGATE_BIN", REPO / "target" / "debug" / "oncegate"))
+    assert binary.exists(), f"{binary} is missing: build it first (cargo build), or set ONCEGATE_BIN"
+    tmp = tmp_path_factory.mktemp("sidecar")
+    grpc, metrics = free_port(), free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "ONCEGATE_SQLITE_PATH": str(tmp / "oncegate.db"),
+           "ONCEGATE_LISTEN": f"127.0.0.1:{grpc}", "ONCEGATE_METRICS_LISTEN": f"127.0.0.1:{metrics}",
+           "ONCEGATE_RELAY_SINK": "log", "ONCEGATE_RELAY_POLL": "100ms", "ONCEGATE_RECONCILE_INTERVAL": "200ms",
+           "ONCEGATE_PURGE_INTERVAL": "1s", "ONCEGATE_AUDIT_FLUSH_INTERVAL": "100ms", "RUST_LOG": "warn"}
+    redis = reachable("127.0.0.1", 6379)
+    if redis:
+        env |= {"REDIS_URL": "redis://127.0.0.1:6379", "ONCEGATE_REDIS_KEY_PREFIX": f"og-chart-{uuid.uuid4().hex}:"}
+    log = open(tmp / "sidecar.log", "w")
+    proc = subprocess.Popen([str(binary), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        submit = [str(binary), "submit", "--target", f"http://127.0.0.1:{grpc}", "--award-id", "AWD-CHART",
+                  "--timestamp", "2026-12-01T09:00:00Z", "--payload", "chart"]
+        deadline = time.time() + 20
+        while subprocess.run(submit + ["--amount-cents", "100"], capture_output=True).returncode != 0:
+            assert time.time() < deadline and proc.poll() is None, (tmp / "sidecar.log").read_text()
+            time.sleep(0.2)
+        subprocess.run(submit + ["--amount-cents", "100"], check=True, capture_output=True)
+        subprocess.run(submit + ["--amount-cents", "0"], capture_output=True)
+        needed = ["oncegate_reconciliation_last_run_timestamp_seconds", "oncegate_outbox_backlog",
+                  "oncegate_purge_lag_seconds", "oncegate_audit_written_total"]
+        while True:
+            text = scrape(metrics)
+            if all(f"\n{n}" in text or text.startswith(n) for n in needed):
+                break
+            assert time.time() < deadline + 10, text
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    described = described_metrics()
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    labels: dict[str, set[str]] = {}
+    for name, body in re.findall(r"^([a-z_:][a-z0-9_:]*)(?:\{([^}]*)\})? ", text, re.M):
+        labels.setdefault(series_base(name, described), set()).update(re.findall(r'(\w+)="', body or ""))
+    return types, labels, redis
+
+
+def test_dashboard_and_rules_use_only_metrics_the_binary_exports(scraped):
+    types, labels, redis = scraped
+    described = described_metrics()
+    assert {n: types[n] for n in types} == {n: described.get(n) for n in types}, \
+        "every exported metric is described in src/metrics.rs, with its type"
+    docs = render("observability")
+    exprs = dashboard_exprs(dashboard()) + rule_exprs(one(docs, "PrometheusRule"))
+    used: set[str] = set()
+    for expr in exprs:
+        names = {series_base(n, described) for n in promql_metric_names(expr)}
+        unknown = sorted(n for n in names if n not in described)
+        assert unknown == [], f"{expr}: not exported by the binary: {unknown}"
+        used |= names
+        for name, keys in promql_matcher_labels(expr).items():
+            base = series_base(name, described)
+            if base in labels:
+                assert keys - TARGET_LABELS <= labels[base], f"{expr}: {base} has no label {keys - labels[base]}"
+    not_here = set(NOT_SCRAPED_HERE) - ({"oncegate_redis_breaker_state"} if redis else set())
+    assert sorted(used - set(types) - not_here) == [], "used, and not scraped from the running sidecar"
+    assert used >= {"oncegate_decisions_total", "oncegate_request_duration_seconds", "oncegate_tier_lookups_total",
+                    "oncegate_group_commit_batch_size", "oncegate_outbox_backlog", "oncegate_outbox_oldest_age_seconds",
+                    "oncegate_outbox_quarantined", "oncegate_purge_lag_seconds", "oncegate_purge_deleted_total",
+                    "oncegate_reconciliation_mismatches", "oncegate_redis_breaker_state",
+                    "oncegate_relay_breaker_state", "oncegate_audit_dropped_total", "oncegate_db_role_privileged"}
+    for name in ("oncegate_decisions_total", "oncegate_reconciliation_mismatches", "oncegate_tier_lookups_total"):
+        assert name in types, f"{name} was scraped from the driven sidecar"
+    assert {"outcome", "tier"} <= labels["oncegate_decisions_total"]
+    assert labels["oncegate_reconciliation_mismatches"] == {"check"}

@@ -5,6 +5,8 @@
 mod claim;
 mod effect;
 
+mod ops;
+
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
@@ -515,6 +517,86 @@ impl Store for PostgresStore {
 
     async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
         effect::get(&self.pool, namespace, key).await
+    }
+
+    async fn reconcile_start(&self) -> Result<super::ops::ReconcileStart, StoreError> {
+        ops::reconcile_start(&self.pool).await
+    }
+
+    async fn try_reconcile_lock(&self) -> Result<Option<super::ops::RunLock>, StoreError> {
+        ops::try_reconcile_lock(&self.pool).await
+    }
+
+    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError> {
+        ops::key_batch_end(&self.pool, after, limit).await
+    }
+
+    async fn reconcile_keys(
+        &self,
+        after: &str,
+        until: Option<&str>,
+        events_since: OffsetDateTime,
+    ) -> Result<Vec<super::ops::KeyPair>, StoreError> {
+        ops::reconcile_keys(&self.pool, after, until, events_since).await
+    }
+
+    async fn reconcile_events(
+        &self,
+        after: Uuid,
+        limit: i64,
+    ) -> Result<Vec<super::ops::EventPair>, StoreError> {
+        ops::reconcile_events(&self.pool, after, limit).await
+    }
+
+    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError> {
+        ops::award_batch_end(&self.pool, after, max_rows).await
+    }
+
+    async fn reconcile_awards(
+        &self,
+        after: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<super::ops::AwardTotals>, StoreError> {
+        ops::reconcile_awards(&self.pool, after, until).await
+    }
+
+    async fn first_sequence_gap(
+        &self,
+        award_id: &str,
+    ) -> Result<Option<super::ops::SequenceGap>, StoreError> {
+        ops::first_sequence_gap(&self.pool, award_id).await
+    }
+
+    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<super::ops::LedgerMatch>, StoreError> {
+        ops::ledger_matches(&self.pool, keys).await
+    }
+
+    async fn inspect_key(&self, key: &str) -> Result<super::ops::KeyInspection, StoreError> {
+        ops::inspect_key(&self.pool, key).await
+    }
+
+    async fn award_keys(
+        &self,
+        award_id: &str,
+        limit: i64,
+    ) -> Result<(Option<super::ops::Balance>, Vec<String>), StoreError> {
+        ops::award_keys(&self.pool, award_id, limit).await
+    }
+
+    async fn list_outbox(
+        &self,
+        filter: &super::ops::OutboxFilter,
+    ) -> Result<Vec<super::ops::EventRecord>, StoreError> {
+        ops::list_outbox(&self.pool, filter).await
+    }
+
+    async fn redrive_outbox(
+        &self,
+        target: &super::ops::RedriveTarget,
+        limit: i64,
+        by: &super::ops::RedriveBy,
+    ) -> Result<Vec<super::ops::RedriveOutcome>, StoreError> {
+        ops::redrive_outbox(&self.pool, target, limit, by).await
     }
 }
 

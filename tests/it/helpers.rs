@@ -78,8 +78,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new(kind: Kind) -> Self {
+        let db = Self::unmigrated(kind).await;
+        db.open().await.migrate().await.expect("migrate");
+        db
+    }
+
+    /// A fresh, empty database with no schema at all.
+    pub async fn unmigrated(kind: Kind) -> Self {
         init_logging();
-        let db = match kind {
+        match kind {
             Kind::Postgres => {
                 let name = unique("og_");
                 let mut admin = sqlx::PgConnection::connect(&admin_url())
@@ -107,9 +114,7 @@ impl TestDb {
                     _dir: Some(dir),
                 }
             }
-        };
-        db.open().await.migrate().await.expect("migrate");
-        db
+        }
     }
 
     pub async fn open(&self) -> Arc<dyn Store> {
@@ -240,6 +245,8 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
         "--db-pool-size",
         "3",
         "--purge-interval",
+        "0s",
+        "--reconcile-interval",
         "0s",
         "--startup-timeout",
         "10s",

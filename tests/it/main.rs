@@ -25,6 +25,7 @@ mod hardening;
 mod helpers;
 mod hostile;
 mod keys;
+mod ops;
 mod privilege;
 mod relay;
 mod retention;

@@ -1,0 +1,483 @@
+//! The operator commands' statements on SQLite (DESIGN §10). Reads go to
+//! the read-only pool, each batch one statement (one WAL snapshot: the
+//! writer is never blocked, and no read holds a checkpoint back for long);
+//! a redrive is one `IMMEDIATE` write transaction.
+
+use crate::error::StoreError;
+use crate::store::AuditEntry;
+use crate::store::ops::*;
+use crate::time_fmt::{from_micros, to_micros};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const LEDGER_COLS: &str = "d.id AS d_id, d.idempotency_key AS d_key, d.award_id AS d_award_id, \
+     d.amount_cents AS d_amount_cents, d.sequence AS d_sequence, d.submission_timestamp AS d_ts, \
+     d.payload_digest AS d_digest, d.fingerprint AS d_fingerprint, d.recorded_at AS d_recorded_at";
+const CLAIM_COLS: &str = "c.idempotency_key AS c_key, c.award_id AS c_award_id, c.fingerprint AS c_fingerprint, \
+     c.disbursement_id AS c_disbursement_id, c.claimed_at AS c_claimed_at";
+const EVENT_COLS: &str = "o.event_id AS o_event_id, o.event_type AS o_event_type, o.award_id AS o_award_id, \
+     o.sequence AS o_sequence, o.payload AS o_payload, o.created_at AS o_created_at, \
+     o.published_at AS o_published_at, o.attempts AS o_attempts, o.leased_until AS o_leased_until, \
+     o.lease_owner AS o_lease_owner, o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
+const AUDIT_COLS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
+
+/// The first row of award `?1` whose sequence is not its position.
+const FIRST_GAP_SQL: &str = "SELECT expected, sequence, idempotency_key FROM ( \
+       SELECT sequence, idempotency_key, row_number() OVER (ORDER BY sequence, idempotency_key) AS expected \
+       FROM disbursements WHERE award_id = ?1) s \
+     WHERE sequence <> expected ORDER BY expected LIMIT 1";
+
+fn uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| StoreError::Other(format!("bad uuid {text:?} in the store: {e}")))
+}
+
+fn time_opt(r: &SqliteRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+    Ok(r.try_get::<Option<i64>, _>(column)?.map(from_micros))
+}
+
+fn ledger(r: &SqliteRow) -> Result<Option<LedgerRow>, StoreError> {
+    let Some(id) = r.try_get::<Option<String>, _>("d_id")? else {
+        return Ok(None);
+    };
+    Ok(Some(LedgerRow {
+        id: uuid(&id)?,
+        idempotency_key: r.try_get("d_key")?,
+        award_id: r.try_get("d_award_id")?,
+        amount_cents: r.try_get("d_amount_cents")?,
+        sequence: r.try_get("d_sequence")?,
+        submission_timestamp: r.try_get("d_ts")?,
+        payload_digest: r.try_get("d_digest")?,
+        fingerprint: r.try_get("d_fingerprint")?,
+        recorded_at: from_micros(r.try_get("d_recorded_at")?),
+    }))
+}
+
+fn claim(r: &SqliteRow) -> Result<Option<ClaimRow>, StoreError> {
+    let Some(key) = r.try_get::<Option<String>, _>("c_key")? else {
+        return Ok(None);
+    };
+    Ok(Some(ClaimRow {
+        idempotency_key: key,
+        award_id: r.try_get("c_award_id")?,
+        fingerprint: r.try_get("c_fingerprint")?,
+        disbursement_id: uuid(&r.try_get::<String, _>("c_disbursement_id")?)?,
+        claimed_at: from_micros(r.try_get("c_claimed_at")?),
+    }))
+}
+
+fn event(r: &SqliteRow) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        event_id: uuid(&r.try_get::<String, _>("o_event_id")?)?,
+        event_type: r.try_get("o_event_type")?,
+        award_id: r.try_get("o_award_id")?,
+        sequence: r.try_get("o_sequence")?,
+        payload: r.try_get("o_payload")?,
+        created_at: from_micros(r.try_get("o_created_at")?),
+        published_at: time_opt(r, "o_published_at")?,
+        attempts: r.try_get("o_attempts")?,
+        leased_until: time_opt(r, "o_leased_until")?,
+        lease_owner: r.try_get("o_lease_owner")?,
+        last_error: r.try_get("o_last_error")?,
+        quarantined_at: time_opt(r, "o_quarantined_at")?,
+    })
+}
+
+fn balance(r: &SqliteRow) -> Result<Option<Balance>, StoreError> {
+    let Some(award_id) = r.try_get::<Option<String>, _>("b_award_id")? else {
+        return Ok(None);
+    };
+    Ok(Some(Balance {
+        award_id,
+        total_cents: r.try_get("total_cents")?,
+        disbursement_count: r.try_get("disbursement_count")?,
+        last_sequence: r.try_get("last_sequence")?,
+        updated_at: from_micros(r.try_get("updated_at")?),
+    }))
+}
+
+fn audit(r: &SqliteRow) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        id: r.try_get("id")?,
+        at: from_micros(r.try_get("at")?),
+        decision: r.try_get("decision")?,
+        tier: r.try_get("tier")?,
+        key_prefix: r.try_get("key_prefix")?,
+        award_id: r.try_get("award_id")?,
+        instance: r.try_get("instance")?,
+        payload_changed: r.try_get("payload_changed")?,
+        detail: r.try_get("detail")?,
+    })
+}
+
+pub(super) async fn reconcile_start(reader: &SqlitePool) -> Result<ReconcileStart, StoreError> {
+    let row = sqlx::query(
+        "SELECT (SELECT min(claimed_at) FROM processed_messages), \
+           (SELECT min(published_at) FROM outbox WHERE published_at IS NOT NULL)",
+    )
+    .fetch_one(reader)
+    .await?;
+    Ok(ReconcileStart {
+        // The relay and the purge of a SQLite store use this process's clock.
+        now: crate::time_fmt::now_micros(),
+        oldest_claim: row.try_get::<Option<i64>, _>(0)?.map(from_micros),
+        oldest_published_event: row.try_get::<Option<i64>, _>(1)?.map(from_micros),
+    })
+}
+
+pub(super) async fn key_batch_end(
+    reader: &SqlitePool,
+    after: &str,
+    limit: i64,
+) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT idempotency_key FROM disbursements WHERE idempotency_key > ?1 \
+         ORDER BY idempotency_key LIMIT 1 OFFSET ?2",
+    )
+    .bind(after)
+    .bind(limit.max(1) - 1)
+    .fetch_optional(reader)
+    .await?)
+}
+
+pub(super) async fn reconcile_keys(
+    reader: &SqlitePool,
+    after: &str,
+    until: Option<&str>,
+    events_since: OffsetDateTime,
+) -> Result<Vec<KeyPair>, StoreError> {
+    let range = match until {
+        Some(_) => "idempotency_key > ?1 AND idempotency_key <= ?2",
+        None => "idempotency_key > ?1 AND ?2 IS NULL",
+    };
+    // Not a FULL JOIN: SQLite runs one as nested scans of both ranges. The
+    // ledger rows with their claims (by primary key), then the claims
+    // without a ledger row, in one statement and so one snapshot.
+    let sql = format!(
+        "SELECT d.idempotency_key AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
+           CASE WHEN d.recorded_at >= ?3 THEN (SELECT count(*) FROM outbox o \
+             WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+               AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
+         FROM (SELECT * FROM disbursements WHERE {range}) d \
+         LEFT JOIN processed_messages c ON c.idempotency_key = d.idempotency_key \
+         UNION ALL \
+         SELECT c.idempotency_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+           {CLAIM_COLS}, NULL \
+         FROM (SELECT * FROM processed_messages WHERE {range}) c \
+         WHERE NOT EXISTS (SELECT 1 FROM disbursements x WHERE x.idempotency_key = c.idempotency_key) \
+         ORDER BY 1"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(after)
+        .bind(until)
+        .bind(to_micros(events_since))
+        .fetch_all(reader)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(KeyPair {
+                key: r.try_get("key")?,
+                ledger: ledger(r)?,
+                claim: claim(r)?,
+                events: r.try_get("events")?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn reconcile_events(
+    reader: &SqlitePool,
+    after: Uuid,
+    limit: i64,
+) -> Result<Vec<EventPair>, StoreError> {
+    let sql = format!(
+        "SELECT {EVENT_COLS}, {LEDGER_COLS} FROM outbox o \
+         LEFT JOIN disbursements d ON d.award_id = o.award_id AND d.sequence = o.sequence \
+         WHERE o.event_id > ?1 ORDER BY o.event_id LIMIT ?2"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(after.to_string())
+        .bind(limit)
+        .fetch_all(reader)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(EventPair {
+                event: event(r)?,
+                ledger: ledger(r)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn award_batch_end(
+    reader: &SqlitePool,
+    after: &str,
+    max_rows: i64,
+) -> Result<Option<String>, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT award_id, sum(disbursement_count) OVER (ORDER BY award_id) \
+         FROM award_balances WHERE award_id > ?1 ORDER BY award_id LIMIT ?2",
+    )
+    .bind(after)
+    .bind(AWARD_LOOKAHEAD)
+    .fetch_all(reader)
+    .await?;
+    Ok(batch_end(&rows, max_rows, AWARD_LOOKAHEAD))
+}
+
+pub(super) async fn reconcile_awards(
+    reader: &SqlitePool,
+    after: &str,
+    until: Option<&str>,
+) -> Result<Vec<AwardTotals>, StoreError> {
+    let range = match until {
+        Some(_) => "award_id > ?1 AND award_id <= ?2",
+        None => "award_id > ?1 AND ?2 IS NULL",
+    };
+    // The sum as text: SQLite's sum() of integers raises on overflow, and
+    // decimal() keeps it exact.
+    let sql = format!(
+        "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
+           b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
+         FROM (SELECT * FROM award_balances WHERE {range}) b \
+         FULL JOIN (SELECT award_id, CAST(sum(amount_cents) AS TEXT) AS s, count(*) AS n, \
+             count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
+           FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
+         ORDER BY 1"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(after)
+        .bind(until)
+        .fetch_all(reader)
+        .await?;
+    rows.iter().map(award_totals).collect()
+}
+
+fn award_totals(r: &SqliteRow) -> Result<AwardTotals, StoreError> {
+    let sum: Option<String> = r.try_get("s")?;
+    let ledger = match sum {
+        Some(s) => Some(LedgerAggregate {
+            sum_cents: s
+                .parse()
+                .map_err(|e| StoreError::Other(format!("ledger sum {s:?} is not an integer: {e}")))?,
+            rows: r.try_get("n")?,
+            distinct_sequences: r.try_get("nd")?,
+            min_sequence: r.try_get("mn")?,
+            max_sequence: r.try_get("mx")?,
+        }),
+        None => None,
+    };
+    Ok(AwardTotals {
+        award_id: r.try_get("award")?,
+        balance: balance(r)?,
+        ledger,
+    })
+}
+
+pub(super) async fn first_sequence_gap(
+    reader: &SqlitePool,
+    award_id: &str,
+) -> Result<Option<SequenceGap>, StoreError> {
+    let row: Option<(i64, i64, String)> = sqlx::query_as(FIRST_GAP_SQL)
+        .bind(award_id)
+        .fetch_optional(reader)
+        .await?;
+    Ok(row.map(|(expected, found, key)| SequenceGap {
+        expected,
+        found,
+        idempotency_key: key,
+    }))
+}
+
+pub(super) async fn ledger_matches(
+    reader: &SqlitePool,
+    keys: &[String],
+) -> Result<Vec<LedgerMatch>, StoreError> {
+    let sql = format!(
+        "SELECT {LEDGER_COLS}, (SELECT group_concat(o.event_id, ',') FROM outbox o \
+           WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+             AND o.event_type = '{LEDGER_EVENT_TYPE}') AS event_ids \
+         FROM disbursements d WHERE d.idempotency_key IN (SELECT value FROM json_each(?1))"
+    );
+    let keys = serde_json::to_string(keys).map_err(|e| StoreError::Other(e.to_string()))?;
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(keys)
+        .fetch_all(reader)
+        .await?;
+    let mut found = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let Some(row) = ledger(r)? else { continue };
+        let ids: Option<String> = r.try_get("event_ids")?;
+        let event_ids = ids
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(uuid)
+            .collect::<Result<_, _>>()?;
+        found.push(LedgerMatch {
+            ledger: row,
+            event_ids,
+        });
+    }
+    Ok(found)
+}
+
+/// Claim, ledger row, events and audit rows of a key, in one read
+/// transaction (one WAL snapshot).
+pub(super) async fn inspect_key(reader: &SqlitePool, key: &str) -> Result<KeyInspection, StoreError> {
+    let mut tx = reader.begin().await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {LEDGER_COLS}, {CLAIM_COLS} FROM (SELECT ?1 AS k) q \
+         LEFT JOIN disbursements d ON d.idempotency_key = q.k \
+         LEFT JOIN processed_messages c ON c.idempotency_key = q.k"
+    )))
+    .bind(key)
+    .fetch_one(&mut *tx)
+    .await?;
+    let ledger_row = ledger(&row)?;
+    let mut events = Vec::new();
+    if let Some(d) = &ledger_row {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLS} FROM outbox o WHERE o.award_id = ?1 AND o.sequence = ?2 ORDER BY o.created_at"
+        )))
+        .bind(&d.award_id)
+        .bind(d.sequence)
+        .fetch_all(&mut *tx)
+        .await?;
+        events = rows.iter().map(event).collect::<Result<_, _>>()?;
+    }
+    let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = ?1 ORDER BY at, id"
+    )))
+    .bind(crate::key::key_prefix(key))
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(audit)
+    .collect::<Result<_, _>>()?;
+    tx.commit().await?;
+    Ok(KeyInspection {
+        idempotency_key: key.to_string(),
+        claim: claim(&row)?,
+        ledger: ledger_row,
+        events,
+        audit: audit_rows,
+    })
+}
+
+pub(super) async fn award_keys(
+    reader: &SqlitePool,
+    award_id: &str,
+    limit: i64,
+) -> Result<(Option<Balance>, Vec<String>), StoreError> {
+    let row = sqlx::query(
+        "SELECT award_id AS b_award_id, total_cents, disbursement_count, last_sequence, updated_at \
+         FROM award_balances WHERE award_id = ?1",
+    )
+    .bind(award_id)
+    .fetch_optional(reader)
+    .await?;
+    let keys = sqlx::query_scalar(
+        "SELECT idempotency_key FROM disbursements WHERE award_id = ?1 ORDER BY sequence DESC LIMIT ?2",
+    )
+    .bind(award_id)
+    .bind(limit)
+    .fetch_all(reader)
+    .await?;
+    let balance = match &row {
+        Some(r) => balance(r)?,
+        None => None,
+    };
+    Ok((balance, keys))
+}
+
+pub(super) async fn list_outbox(
+    reader: &SqlitePool,
+    filter: &OutboxFilter,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let state = if filter.quarantined_only {
+        "o.quarantined_at IS NOT NULL"
+    } else {
+        "1"
+    };
+    let sql = format!(
+        "SELECT {EVENT_COLS} FROM outbox o WHERE o.published_at IS NULL AND {state} \
+           AND (?2 IS NULL OR o.award_id = ?2) \
+         ORDER BY o.created_at, o.sequence LIMIT ?1"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(filter.limit)
+        .bind(filter.award_id.as_deref())
+        .fetch_all(reader)
+        .await?;
+    rows.iter().map(event).collect()
+}
+
+pub(super) async fn redrive_outbox(
+    mut tx: Transaction<'static, Sqlite>,
+    target: &RedriveTarget,
+    limit: i64,
+    by: &RedriveBy,
+) -> Result<(Vec<RedriveOutcome>, bool), StoreError> {
+    let rows = match target {
+        RedriveTarget::Events(ids) => {
+            let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+            let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.to_string()))?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.event_id IN (SELECT value FROM json_each(?1)) \
+                 ORDER BY o.created_at, o.sequence"
+            )))
+            .bind(ids)
+            .fetch_all(&mut *tx)
+            .await?
+        }
+        RedriveTarget::AllQuarantined { award_id } => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL \
+                   AND o.published_at IS NULL AND (?2 IS NULL OR o.award_id = ?2) \
+                 ORDER BY o.created_at, o.sequence LIMIT ?1"
+            )))
+            .bind(limit)
+            .bind(award_id.as_deref())
+            .fetch_all(&mut *tx)
+            .await?
+        }
+    };
+    let events: Vec<EventRecord> = rows.iter().map(event).collect::<Result<_, _>>()?;
+    let outcomes = redrive_outcomes(target, events);
+    let at = crate::time_fmt::now_micros();
+    let mut any = false;
+    for outcome in &outcomes {
+        let RedriveOutcome::Redriven(e) = outcome else {
+            continue;
+        };
+        sqlx::query(
+            "UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
+               leased_until = NULL, lease_owner = NULL WHERE event_id = ?1",
+        )
+        .bind(e.event_id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        insert_audit(&mut tx, &redrive_audit(e, by, at)).await?;
+        any = true;
+    }
+    tx.commit().await?;
+    Ok((outcomes, any))
+}
+
+async fn insert_audit(tx: &mut Transaction<'static, Sqlite>, row: &AuditEntry) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
+         VALUES (?1, ?2, NULL, ?3, ?4, ?5, 0, ?6)",
+    )
+    .bind(to_micros(row.at))
+    .bind(row.decision.as_str())
+    .bind(&row.key_prefix)
+    .bind(&row.award_id)
+    .bind(&*row.instance)
+    .bind(row.detail.as_deref())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
