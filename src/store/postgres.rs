@@ -48,7 +48,9 @@ pub struct PostgresStore {
     /// take long (an index on a large table).
     migration_options: PgConnectOptions,
     listener: Mutex<Option<PgListener>>,
-    /// Wakes this instance's relay after a commit that wrote outbox rows.
+    /// Wakes this instance's relay after a commit that wrote outbox rows
+    /// (`notify_one`: a wake-up that arrives while the relay is busy is
+    /// kept as a permit, never lost).
     outbox_written: tokio::sync::Notify,
     /// Other processes' relays are told by a `pg_notify` outside the claim
     /// transaction, at most one in flight and one per [`NOTIFY_INTERVAL`].
@@ -214,7 +216,7 @@ impl Store for PostgresStore {
         let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
-            self.outbox_written.notify_waiters();
+            self.outbox_written.notify_one();
             self.notifier.poke(&self.pool);
         }
         Ok(outcomes)
@@ -501,7 +503,7 @@ impl Store for PostgresStore {
         if matches!(outcome, FencedOutcome::Done(_)) {
             // An `effect.completed` event was written (or already was):
             // wake the relays as a claim's commit does.
-            self.outbox_written.notify_waiters();
+            self.outbox_written.notify_one();
             self.notifier.poke(&self.pool);
         }
         Ok(outcome)

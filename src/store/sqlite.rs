@@ -314,7 +314,7 @@ impl Store for SqliteStore {
         let (outcomes, wrote_outbox) = claim_in_tx(&mut tx, batch, ctx).await?;
         tx.commit().await?;
         if wrote_outbox {
-            self.outbox_written.notify_waiters();
+            self.outbox_written.notify_one();
         }
         Ok(outcomes)
     }
@@ -660,7 +660,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<super::ops::RedriveOutcome>, StoreError> {
         let (outcomes, redriven) = ops::redrive_outbox(self.begin().await?, target, limit, by).await?;
         if redriven {
-            self.outbox_written.notify_waiters();
+            self.outbox_written.notify_one();
         }
         Ok(outcomes)
     }

@@ -108,7 +108,7 @@ impl SqliteStore {
         let row = AuditRow::new(AuditDecision::EffectCompleted, f.key, f.namespace, f.instance);
         row.detail(Some(&detail)).insert(&mut tx).await?;
         tx.commit().await?;
-        self.outbox_written.notify_waiters();
+        self.outbox_written.notify_one();
         Ok(FencedOutcome::Done(done))
     }
 
