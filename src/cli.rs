@@ -3,8 +3,10 @@
 //!
 //! - `serve`, `migrate`, `purge`, `relay`: here;
 //! - `key`: here; `submit`, `lookup` (calls to a running sidecar): [`remote`];
-//! - `bench` (the load generator and its echo yardstick): [`bench`].
+//! - `bench` (the load generator and its echo yardstick): [`bench`];
+//! - `audit seal`, `audit verify`, `audit export` (the sealed trail): [`audit`].
 
+pub mod audit;
 pub mod bench;
 pub mod remote;
 
@@ -55,6 +57,8 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run the outbox relay alone (no gRPC).
     Relay(RelayArgs),
+    /// The sealed audit trail: seal, verify, export.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -123,6 +127,7 @@ pub enum Job {
         relay: RelaySettings,
         metrics_listen: SocketAddr,
     },
+    Audit(audit::AuditJob),
 }
 
 impl Command {
@@ -177,6 +182,7 @@ impl Command {
                 relay: args.relay.relay(&hostname())?,
                 metrics_listen: args.metrics_listen,
             },
+            Self::Audit(args) => Job::Audit(args.resolve()?),
         })
     }
 }
@@ -197,6 +203,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
             relay,
             metrics_listen,
         } => run_relay(store, sink, relay, metrics_listen).await,
+        Job::Audit(job) => audit::run(job).await,
     }
 }
 
