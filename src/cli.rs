@@ -448,6 +448,40 @@ mod tests {
     }
 
     #[test]
+    fn audit_settings_are_checked_and_named() {
+        let err = resolve(&["oncegate", "serve", "--audit-seal-max-rows", "0"])
+            .err()
+            .expect("refused");
+        assert!(err.0.contains("ONCEGATE_AUDIT_SEAL_MAX_ROWS"), "{err}");
+        let err = resolve(&["oncegate", "audit", "seal", "--audit-seal-max-rows", "0"])
+            .err()
+            .expect("refused");
+        assert!(err.0.contains("ONCEGATE_AUDIT_SEAL_MAX_ROWS"), "{err}");
+        let err = resolve(&[
+            "oncegate",
+            "audit",
+            "export",
+            "--out",
+            "x",
+            "--from",
+            "2026-12",
+            "--to",
+            "2026-11-30",
+        ])
+        .err()
+        .expect("refused");
+        assert!(err.0.contains("--from"), "{err}");
+        let parsed = Cli::try_parse_from(["oncegate", "audit", "verify", "--from", "2026-11-31"]);
+        assert!(parsed.unwrap_err().to_string().contains("not an RFC 3339 time"));
+        let Ok(Job::Serve { config, .. }) = resolve(&["oncegate", "serve", "--audit-seal-interval", "0s"])
+        else {
+            panic!("0s switches sealing off")
+        };
+        assert!(config.seal.interval.is_zero());
+        assert_eq!(config.seal.settings.max_rows, 50_000, "the default");
+    }
+
+    #[test]
     fn a_bad_relay_sink_is_refused_while_parsing() {
         let err = Cli::try_parse_from(["oncegate", "serve", "--relay-sink", "kafka://broker"]).unwrap_err();
         assert!(err.to_string().contains("ONCEGATE_RELAY_SINK"), "{err}");

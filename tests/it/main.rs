@@ -26,6 +26,7 @@ mod keys;
 mod privilege;
 mod relay;
 mod retention;
+mod seal;
 mod security;
 mod store_suite;
 mod structure;
