@@ -129,7 +129,9 @@ async fn seal(store: StoreSettings, settings: SealSettings) -> anyhow::Result<Ex
             rows,
             head,
         } => println!(
-            "sealed {rows} audit rows into seals {first}..{last}; {}",
+            "sealed {} into {}; {}",
+            verify::count(rows, "audit row"),
+            verify::seal_range(first, last),
             latest(&head)
         ),
         SealRun::Sealed {
@@ -191,8 +193,9 @@ async fn export(settings: StoreSettings, range: TimeRange, out: PathBuf) -> anyh
     match summary.latest {
         Some((seq, digest)) => {
             println!(
-                "exported {} seals, {} rows; latest digest: seal {seq} {digest}",
-                summary.seals, summary.rows
+                "exported {}, {}; latest digest: seal {seq} {digest}",
+                verify::count(summary.seals, "seal"),
+                verify::count(summary.rows, "row")
             );
             for file in &summary.files {
                 println!("  {}", file.display());

@@ -527,8 +527,9 @@ impl fmt::Display for VerifyReport {
         match self.seals {
             Some((first, last)) => writeln!(
                 f,
-                "seals {first}..{last} checked: {} rows in place and matching",
-                self.rows_checked
+                "{} checked: {} in place and matching",
+                seal_range(first, last),
+                count(self.rows_checked, "row")
             )?,
             None => writeln!(f, "no seals")?,
         }
@@ -538,10 +539,10 @@ impl fmt::Display for VerifyReport {
         self.fmt_purged(f)?;
         match self.unsealed {
             Some(RowSpan {
-                count,
+                count: n,
                 first_id: Some(lo),
                 last_id: Some(hi),
-            }) => writeln!(f, "not yet sealed: {count} rows (ids {lo}..{hi})")?,
+            }) => writeln!(f, "not yet sealed: {} (ids {lo}..{hi})", count(n as u64, "row"))?,
             Some(_) => writeln!(f, "not yet sealed: 0 rows")?,
             None => {}
         }
@@ -562,8 +563,8 @@ impl fmt::Display for VerifyReport {
             None => write!(f, "result: OK"),
             Some(first) => write!(
                 f,
-                "first mismatch: {first}\nresult: FAILED ({} mismatches)",
-                self.findings_total
+                "first mismatch: {first}\nresult: FAILED ({})",
+                count(self.findings_total, "mismatch")
             ),
         }
     }
@@ -575,8 +576,10 @@ impl VerifyReport {
         if self.purged_rows > 0 || self.partly_purged_seals > 0 {
             write!(
                 f,
-                "purged under the retention policy: {} rows ({} seals wholly, {} in part)",
-                self.purged_rows, self.purged_seals, self.partly_purged_seals
+                "purged under the retention policy: {} ({} whole, {} in part)",
+                count(self.purged_rows, "row"),
+                count(self.purged_seals, "seal"),
+                self.partly_purged_seals
             )?;
             if let Some(kept) = self.min_retention {
                 let kept = Duration::from_secs(kept.as_secs() / 60 * 60);
@@ -587,10 +590,25 @@ impl VerifyReport {
         if self.purged_unsealed_rows > 0 {
             writeln!(
                 f,
-                "purged under the retention policy before they were sealed: {} rows",
-                self.purged_unsealed_rows
+                "purged under the retention policy before they were sealed: {}",
+                count(self.purged_unsealed_rows as u64, "row")
             )?;
         }
         Ok(())
     }
+}
+
+/// "seal 3" or "seals 3..7".
+pub fn seal_range(first: i64, last: i64) -> String {
+    if first == last {
+        format!("seal {first}")
+    } else {
+        format!("seals {first}..{last}")
+    }
+}
+
+/// "1 row", "2 rows"; "1 mismatch", "2 mismatches".
+pub fn count(n: u64, what: &str) -> String {
+    let plural = if what.ends_with(['s', 'h']) { "es" } else { "s" };
+    format!("{n} {what}{}", if n == 1 { "" } else { plural })
 }

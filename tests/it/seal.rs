@@ -836,7 +836,7 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
     assert_eq!(verified.purged_unsealed_rows, 1, "{verified}");
     let text = verified.to_string();
     assert!(
-        text.contains("purged under the retention policy: 5 rows (1 seals wholly, 0 in part)"),
+        text.contains("purged under the retention policy: 5 rows (1 seal whole, 0 in part)"),
         "{text}"
     );
     assert!(text.contains("each kept at least 30days"), "{text}");
@@ -984,7 +984,7 @@ async fn one_instance_seals_at_a_time() {
     let (code, out) = binary(&["audit", "seal", "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.starts_with("sealed 3 audit rows into seals 1..1; latest digest: seal 1 "),
+        out.starts_with("sealed 3 audit rows into seal 1; latest digest: seal 1 "),
         "{out}"
     );
 }
@@ -1053,7 +1053,7 @@ async fn an_interval_of_zero_switches_sealing_off() {
     assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 0);
     let (code, out) = binary(&["audit", "seal", "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("sealed 1 audit rows into seals 1..1"), "{out}");
+    assert!(out.starts_with("sealed 1 audit row into seal 1"), "{out}");
 }
 
 /// `serve` verifies on its interval and reports mismatches as a gauge.
