@@ -841,6 +841,36 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
     );
     assert!(text.contains("each kept at least 30days"), "{text}");
     assert!(text.contains("result: OK"), "{text}");
+    // Exported, the purged seal travels with its purge records: both
+    // verifiers accept it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("after-purge.jsonl");
+    export::export(
+        &*store,
+        &TimeRange::default(),
+        &Target::File(file.clone()),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    let exported = verify_file(&file).await;
+    assert!(exported.is_clean() && exported.purged_seals == 1, "{exported}");
+    let (code, out) = python(&[&file]);
+    assert_eq!(code, 0, "{out}");
+    // The last ten days: seals 2 and 3, continuing from seal 1's digest.
+    let recent = TimeRange {
+        from: Some(days_ago(10)),
+        to: None,
+    };
+    let ranged = verify_store(&*store, &recent, &mut |_, _| {}).await.unwrap();
+    let seal1 = db.scalar("SELECT count(*) FROM audit_seals WHERE seq = 1").await;
+    assert_eq!(seal1, 1);
+    assert!(ranged.is_clean(), "{ranged}");
+    assert_eq!(
+        (ranged.seals, ranged.anchor.as_ref().map(|a| a.0)),
+        (Some((2, 3)), Some(1)),
+        "{ranged}"
+    );
 
     let new_row = db
         .scalar("SELECT min(id) FROM audit_log WHERE award_id LIKE 'NEW%'")
