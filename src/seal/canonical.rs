@@ -306,8 +306,9 @@ mod tests {
         assert_eq!(text.values[7].as_deref(), Some("false"));
     }
 
-    /// Pinned: the same digest as `scripts/verify-audit-export` computes
-    /// for this seal (its test vector), so neither side drifts.
+    /// Pinned: the digest `scripts/verify-audit-export`'s `digest()` gives
+    /// for this seal and these rows, so a change of the encoding cannot go
+    /// unnoticed (the export tests run the script on real exports too).
     #[test]
     fn a_seal_digest_is_pinned() {
         let mut b = SealBuilder::after(&Head::genesis());
