@@ -16,6 +16,7 @@ use crate::reconcile::{ReconcileSettings, Reconciler};
 use crate::redis_tier::{RedisSettings, RedisTier};
 use crate::relay::{Relay, RelaySettings, SinkSettings};
 use crate::retention::Retention;
+use crate::seal::{SealSchedule, Sealer};
 use crate::secret::mask_url;
 use crate::server::GateService;
 use crate::server::effects::EffectsService;
@@ -62,6 +63,8 @@ pub struct AppConfig {
     pub reconcile: ReconcileSettings,
     /// How often reconcile runs; zero: never.
     pub reconcile_interval: Duration,
+    /// When the audit trail is sealed and verified.
+    pub seal: SealSchedule,
     pub limits: Limits,
     pub server: ServerLimits,
     pub effects: EffectsSettings,
@@ -374,8 +377,8 @@ async fn drain(
     shutdown.advance(Phase::FlushAudit);
 }
 
-/// The audit flusher, the relay, the purge, reconciliation and the gauges,
-/// each ending at its phase.
+/// The audit flusher and sealer, the relay, the purge, reconciliation and
+/// the gauges, each ending at its phase.
 fn spawn_background(
     tasks: &mut Tasks,
     shutdown: &Shutdown,
@@ -384,11 +387,7 @@ fn spawn_background(
     flusher: AuditFlusher,
     relay: Option<Relay>,
 ) {
-    let stop = shutdown.stop_at(Phase::FlushAudit);
-    tasks.spawn("audit flusher", async move {
-        flusher.run(stop).await;
-        Ok(())
-    });
+    spawn_audit(tasks, shutdown, &config.seal, store.clone(), flusher);
     if let Some(relay) = relay {
         let stop = shutdown.stop_at(Phase::StopBackground);
         tasks.spawn("outbox relay", async move {
@@ -417,6 +416,43 @@ fn spawn_background(
         report_gauges(&*store, stop).await;
         Ok(())
     });
+}
+
+/// The audit flusher; the sealer, which seals a last time once the flusher
+/// has written out the queue; and the periodic verification.
+fn spawn_audit(
+    tasks: &mut Tasks,
+    shutdown: &Shutdown,
+    seal: &SealSchedule,
+    store: Arc<dyn Store>,
+    flusher: AuditFlusher,
+) {
+    let (flushed, flushed_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = shutdown.stop_at(Phase::FlushAudit);
+    tasks.spawn("audit flusher", async move {
+        flusher.run(stop).await;
+        let _ = flushed.send(());
+        Ok(())
+    });
+    if !seal.interval.is_zero() {
+        let sealer = Sealer::new(store.clone(), seal.settings.clone());
+        let (stop, interval) = (shutdown.stop_at(Phase::FlushAudit), seal.interval);
+        tasks.spawn("audit sealer", async move {
+            sealer
+                .run(interval, stop, async move {
+                    let _ = flushed_rx.await;
+                })
+                .await;
+            Ok(())
+        });
+    }
+    if !seal.verify_interval.is_zero() {
+        let (stop, interval) = (shutdown.stop_at(Phase::StopBackground), seal.verify_interval);
+        tasks.spawn("audit verifier", async move {
+            crate::seal::run_verifier(store, interval, stop).await;
+            Ok(())
+        });
+    }
 }
 
 /// `/metrics` (open until the very end) and the health-only listener

@@ -6,7 +6,9 @@
 //! - `effect begin|complete|release|get` (DESIGN §9 records): [`effect`];
 //! - `bench` (the load generator and its echo yardstick): [`bench`];
 //! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
+//! - `audit seal`, `audit verify`, `audit export` (the sealed trail): [`audit`].
 
+pub mod audit;
 pub mod bench;
 pub mod effect;
 pub mod ops;
@@ -68,6 +70,8 @@ pub enum Command {
     Inspect(ops::InspectArgs),
     /// List the outbox events waiting or quarantined; put quarantined ones back.
     Outbox(ops::OutboxArgs),
+    /// The sealed audit trail: seal, verify, export.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -138,6 +142,7 @@ pub enum Job {
         metrics_listen: SocketAddr,
     },
     Ops(ops::OpsJob),
+    Audit(audit::AuditJob),
 }
 
 impl Command {
@@ -196,6 +201,7 @@ impl Command {
             Self::Reconcile(args) => Job::Ops(args.resolve()?),
             Self::Inspect(args) => Job::Ops(args.resolve()?),
             Self::Outbox(args) => Job::Ops(args.resolve()?),
+            Self::Audit(args) => Job::Audit(args.resolve()?),
         })
     }
 }
@@ -218,6 +224,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
             metrics_listen,
         } => run_relay(store, sink, relay, metrics_listen).await,
         Job::Ops(job) => ops::run(job).await,
+        Job::Audit(job) => audit::run(job).await,
     }
 }
 
@@ -483,6 +490,40 @@ mod tests {
                 .unwrap_or_else(|| panic!("{bad} refused"));
             assert!(err.0.contains("ONCEGATE_EFFECTS_NAMESPACE_TTL"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn audit_settings_are_checked_and_named() {
+        let err = resolve(&["oncegate", "serve", "--audit-seal-max-rows", "0"])
+            .err()
+            .expect("refused");
+        assert!(err.0.contains("ONCEGATE_AUDIT_SEAL_MAX_ROWS"), "{err}");
+        let err = resolve(&["oncegate", "audit", "seal", "--audit-seal-max-rows", "0"])
+            .err()
+            .expect("refused");
+        assert!(err.0.contains("ONCEGATE_AUDIT_SEAL_MAX_ROWS"), "{err}");
+        let err = resolve(&[
+            "oncegate",
+            "audit",
+            "export",
+            "--out",
+            "x",
+            "--from",
+            "2026-12",
+            "--to",
+            "2026-11-30",
+        ])
+        .err()
+        .expect("refused");
+        assert!(err.0.contains("--from"), "{err}");
+        let parsed = Cli::try_parse_from(["oncegate", "audit", "verify", "--from", "2026-11-31"]);
+        assert!(parsed.unwrap_err().to_string().contains("not an RFC 3339 time"));
+        let Ok(Job::Serve { config, .. }) = resolve(&["oncegate", "serve", "--audit-seal-interval", "0s"])
+        else {
+            panic!("0s switches sealing off")
+        };
+        assert!(config.seal.interval.is_zero());
+        assert_eq!(config.seal.settings.max_rows, 50_000, "the default");
     }
 
     #[test]

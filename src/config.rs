@@ -17,8 +17,9 @@ use crate::group_commit::GroupCommitSettings;
 use crate::reconcile::ReconcileSettings;
 use crate::redis_tier::RedisSettings;
 use crate::relay::{RelaySettings, SinkSettings, SinkSpec};
+use crate::seal::{SealSchedule, SealSettings};
 use crate::secret::mask_url;
-use crate::store::{RetentionPolicy, StoreSettings};
+use crate::store::{RetentionPolicy, StoreSettings, TimeRange};
 use crate::submission::Limits;
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
@@ -226,6 +227,8 @@ pub struct ServeArgs {
     /// the embedded SQLite store (run `oncegate reconcile` there).
     #[arg(long, env = "ONCEGATE_RECONCILE_INTERVAL", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Option<Duration>,
+    #[command(flatten)]
+    pub audit_seal: SealServeArgs,
 }
 
 /// Effects outside the ledger (DESIGN §9): the caches' dedup window.
@@ -559,6 +562,101 @@ impl RetentionWindowArgs {
     }
 }
 
+/// How a sealing run behaves (`serve` and `oncegate audit seal`).
+#[derive(Debug, Clone, Args)]
+pub struct SealArgs {
+    /// How long a seal waits for open transactions that may still add audit
+    /// rows below its boundary (Postgres); past it that run seals nothing.
+    #[arg(long, env = "ONCEGATE_AUDIT_SEAL_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub audit_seal_wait: Duration,
+    /// Most audit rows one seal covers (a run makes as many seals as it needs).
+    #[arg(long, env = "ONCEGATE_AUDIT_SEAL_MAX_ROWS", default_value_t = 50_000)]
+    pub audit_seal_max_rows: i64,
+}
+
+impl SealArgs {
+    /// The sealing settings; `instance` is written into each seal.
+    pub fn settings(&self, instance: Arc<str>) -> Result<SealSettings, ConfigError> {
+        if !(1..=10_000_000).contains(&self.audit_seal_max_rows) {
+            return Err(ConfigError::new(
+                "ONCEGATE_AUDIT_SEAL_MAX_ROWS must be between 1 and 10000000",
+            ));
+        }
+        Ok(SealSettings {
+            wait: self.audit_seal_wait,
+            max_rows: self.audit_seal_max_rows,
+            instance,
+        })
+    }
+}
+
+/// When `serve` seals and verifies the audit trail.
+#[derive(Debug, Clone, Args)]
+pub struct SealServeArgs {
+    /// How often `serve` seals the new audit rows into the hash chain, and
+    /// once more on shutdown (0s disables sealing in `serve`).
+    #[arg(long, env = "ONCEGATE_AUDIT_SEAL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub audit_seal_interval: Duration,
+    /// How often `serve` verifies the whole chain and sets
+    /// oncegate_audit_verify_mismatches (0s disables it).
+    #[arg(long, env = "ONCEGATE_AUDIT_VERIFY_INTERVAL", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub audit_verify_interval: Duration,
+    #[command(flatten)]
+    pub seal: SealArgs,
+}
+
+impl SealServeArgs {
+    pub fn schedule(&self, instance: Arc<str>) -> Result<SealSchedule, ConfigError> {
+        Ok(SealSchedule {
+            settings: self.seal.settings(instance)?,
+            interval: self.audit_seal_interval,
+            verify_interval: self.audit_verify_interval,
+        })
+    }
+}
+
+/// The time range of `oncegate audit verify` and `export`.
+#[derive(Debug, Clone, Args)]
+pub struct TimeRangeArgs {
+    /// Only seals holding rows from this time on (RFC 3339, a date
+    /// `2026-11-01` or a month `2026-11`, UTC).
+    #[arg(long, value_parser = parse_instant)]
+    pub from: Option<time::OffsetDateTime>,
+    /// Only seals holding rows from before this time (same forms).
+    #[arg(long, value_parser = parse_instant)]
+    pub to: Option<time::OffsetDateTime>,
+}
+
+impl TimeRangeArgs {
+    pub fn range(&self) -> Result<TimeRange, ConfigError> {
+        if matches!((self.from, self.to), (Some(from), Some(to)) if from >= to) {
+            return Err(ConfigError::new("--from must be before --to"));
+        }
+        Ok(TimeRange {
+            from: self.from,
+            to: self.to,
+        })
+    }
+}
+
+/// An RFC 3339 date-time, a date (its midnight, UTC) or a month (its first
+/// day).
+fn parse_instant(s: &str) -> Result<time::OffsetDateTime, String> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(t);
+    }
+    let day = if s.len() == 7 {
+        format!("{s}-01")
+    } else {
+        s.to_string()
+    };
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    time::Date::parse(&day, format)
+        .map(|d| d.midnight().assume_utc())
+        .map_err(|_| format!("{s:?} is not an RFC 3339 time, a date YYYY-MM-DD or a month YYYY-MM"))
+}
+
 /// The host name, for the default instance id.
 pub fn hostname() -> String {
     std::env::var("HOSTNAME")
@@ -627,6 +725,7 @@ impl ServeArgs {
             sink: self.relay.sink(&instance),
             relay: self.relay.relay(&instance)?,
             purge_interval: self.retention.purge_interval,
+            seal: self.audit_seal.schedule(instance.clone())?,
             limits: Limits {
                 max_payload_bytes: self.max_payload_bytes,
             },
@@ -705,7 +804,7 @@ impl ServeArgs {
             "store={} redis={} listen={} health_listen={} metrics_listen={} tls={} mtls={} \
              l1_bytes={} l1_ttl={:?} group_commit_max_batch={} group_commit_workers={} \
              max_in_flight={} relay_sink={} retention={} pool={} effects_cache_ttl={} \
-             effects_namespace_ttl={:?} reconcile_interval={}",
+             effects_namespace_ttl={:?} reconcile_interval={} audit_seal_interval={}",
             mask_url(&self.store.url()),
             self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
@@ -724,6 +823,7 @@ impl ServeArgs {
             humantime::format_duration(self.effects.effects_cache_ttl),
             self.effects.effects_namespace_ttl,
             humantime::format_duration(self.reconcile_interval(&self.store.url())),
+            humantime::format_duration(self.audit_seal.audit_seal_interval),
         )
     }
 }

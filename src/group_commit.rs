@@ -412,6 +412,33 @@ mod tests {
         ) -> Result<Vec<ops::RedriveOutcome>, StoreError> {
             unimplemented!()
         }
+        async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_seal_horizon(&self, _: Duration) -> Result<SealHorizon, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_rows(&self, _: RowCursor, _: i64, _: i64) -> Result<Vec<AuditRecord>, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_rows_after(&self, _: i64, _: &TimeRange) -> Result<RowSpan, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_seals(&self, _: i64, _: i64) -> Result<Vec<AuditSeal>, StoreError> {
+            unimplemented!()
+        }
+        async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_seal_span(&self, _: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
+            unimplemented!()
+        }
+        async fn insert_audit_seal(&self, _: &AuditSeal) -> Result<bool, StoreError> {
+            unimplemented!()
+        }
+        async fn audit_purges(&self, _: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
+            unimplemented!()
+        }
     }
 
     fn item(award: &str) -> Submission {

@@ -13,7 +13,8 @@
 //! components, which never import clap or `config`.
 //!
 //! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/effect`
-//!   (`effect begin|complete|release|get`), `cli/bench`.
+//!   (`effect begin|complete|release|get`), `cli/ops` (`reconcile`,
+//!   `inspect`, `outbox`), `cli/audit` (`audit seal|verify|export`), `cli/bench`.
 //! - [`config`]: shared argument groups → [`app::AppConfig`], [`store::StoreSettings`],
 //!   [`relay::RelaySettings`], … **A new setting** goes here (the flag) and
 //!   into its component's settings type (the value).
@@ -39,7 +40,9 @@
 //!   implementing [`relay::Sink`], named in [`relay::SinkSpec`]. Today:
 //!   `relay/redis_stream`, `relay/nats`, `relay/log`.
 //! - [`audit`]: audit rows written off the hot path; [`retention`]: the
-//!   §200.334 purge.
+//!   §200.334 purge; [`seal`]: the sealed audit trail — the hash chain
+//!   (`seal/canonical`), its verification (`seal/verify`) and exports
+//!   (`seal/export`); `cli/audit` runs them from the command line.
 //! - Leaves: [`error`] (the service error and its one mapping to a status,
 //!   store errors, `ConfigError`), [`metrics`], [`secret`] (masking),
 //!   [`time_fmt`].
@@ -63,6 +66,7 @@ pub mod reconcile;
 pub mod redis_tier;
 pub mod relay;
 pub mod retention;
+pub mod seal;
 pub mod secret;
 pub mod server;
 pub mod shutdown;

@@ -169,4 +169,24 @@ fn describe() {
         "oncegate_reconciliation_runs_total",
         "Reconciliation runs by result (clean, mismatch, error, skipped)"
     );
+    describe_counter!(
+        "oncegate_audit_rows_sealed_total",
+        "Audit rows sealed into the hash chain by this instance"
+    );
+    describe_gauge!(
+        "oncegate_audit_last_seal_age_seconds",
+        "Age of the newest seal (any instance), as of this instance's last sealing run"
+    );
+    describe_gauge!(
+        "oncegate_audit_unsealed_rows",
+        "Audit rows no seal covers yet, as of the last sealing run"
+    );
+    describe_counter!(
+        "oncegate_audit_seal_deferred_total",
+        "Sealing runs that sealed nothing because open transactions outlived the wait"
+    );
+    describe_gauge!(
+        "oncegate_audit_verify_mismatches",
+        "Rows and seals that did not match in the last verification (0: clean)"
+    );
 }

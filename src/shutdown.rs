@@ -4,7 +4,8 @@
 //! 1. [`Phase::StopAccepting`]: the gRPC server stops taking calls and
 //!    finishes the ones in flight (their transactions commit or roll back);
 //! 2. [`Phase::StopBackground`]: the relay, the purge and the gauges stop;
-//! 3. [`Phase::FlushAudit`]: the audit queue is written out;
+//! 3. [`Phase::FlushAudit`]: the audit queue is written out, then sealed
+//!    (the sealer waits for the flusher to finish);
 //! 4. [`Phase::Stopped`]: the metrics endpoint closes.
 //!
 //! Background work runs in a [`Tasks`] set: each task has a name, and the

@@ -336,6 +336,137 @@ impl Backend {
     }
 }
 
+/// One audit row as stored: what a seal covers, verification checks and an
+/// export carries. Values are read verbatim (a changed row must show).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub id: i64,
+    /// Microsecond precision, UTC.
+    pub at: OffsetDateTime,
+    pub decision: String,
+    pub tier: Option<String>,
+    pub key_prefix: String,
+    pub award_id: String,
+    pub instance: String,
+    pub payload_changed: bool,
+    pub detail: Option<String>,
+}
+
+/// A position in `(id, at)` order, for paging through audit rows (on
+/// Postgres two rows may share an id when one was inserted by hand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowCursor {
+    pub id: i64,
+    /// `None`: after every row with this id.
+    pub at: Option<OffsetDateTime>,
+}
+
+impl RowCursor {
+    /// After every row whose id is `id` or lower.
+    pub fn after_id(id: i64) -> Self {
+        Self { id, at: None }
+    }
+
+    /// Right after `row`.
+    pub fn after(row: &AuditRecord) -> Self {
+        Self {
+            id: row.id,
+            at: Some(row.at),
+        }
+    }
+}
+
+/// One link of the audit chain: the rows with ids `first_id..=last_id`,
+/// digested together with the previous seal's digest (the encoding is in
+/// `crate::seal`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSeal {
+    pub seq: i64,
+    pub first_id: i64,
+    pub last_id: i64,
+    pub row_count: i64,
+    /// Ids in the range that held no row when sealed, as `a..b,c`.
+    pub absent_ids: String,
+    pub min_at: OffsetDateTime,
+    pub max_at: OffsetDateTime,
+    pub sealed_at: OffsetDateTime,
+    pub sealed_by: String,
+    pub prev_digest: String,
+    pub digest: String,
+    /// The first 4 bytes of each covered row's hash, in id order.
+    pub row_tags: Vec<u8>,
+}
+
+/// A lawful-purge record: audit rows of one seal (or rows no seal covered
+/// yet) that the retention purge removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPurge {
+    pub purged_at: OffsetDateTime,
+    /// The effective cutoff: every removed row, and its whole seal, was older.
+    pub cutoff: OffsetDateTime,
+    pub method: String,
+    pub seal_seq: Option<i64>,
+    pub seal_digest: Option<String>,
+    pub row_count: i64,
+    /// The removed ids, as `a..b,c`.
+    pub ids: String,
+}
+
+/// How far a seal may reach now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealHorizon {
+    /// Every row that will ever hold an id up to this one is committed and
+    /// visible.
+    Through(i64),
+    /// `writers` transactions that may still add a row with an id up to
+    /// `through` outlived the wait.
+    Blocked { through: i64, writers: usize },
+}
+
+/// A half-open time range `[from, to)`; `None` is unbounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeRange {
+    pub from: Option<OffsetDateTime>,
+    pub to: Option<OffsetDateTime>,
+}
+
+impl TimeRange {
+    pub fn is_unbounded(&self) -> bool {
+        self.from.is_none() && self.to.is_none()
+    }
+
+    /// The bounds as microseconds, unbounded ends as the extremes.
+    pub fn micros(&self) -> (i64, i64) {
+        (
+            self.from.map(crate::time_fmt::to_micros).unwrap_or(i64::MIN),
+            self.to.map(crate::time_fmt::to_micros).unwrap_or(i64::MAX),
+        )
+    }
+}
+
+/// Some audit rows: how many, and their lowest and highest id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowSpan {
+    pub count: i64,
+    pub first_id: Option<i64>,
+    pub last_id: Option<i64>,
+}
+
+/// The seals whose rows' times overlap a range: first and last number and
+/// how many rows they cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealSpan {
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub rows: i64,
+}
+
+/// A database lock held until released (or until its connection closes).
+#[async_trait]
+pub trait HeldLock: Send {
+    async fn release(self: Box<Self>) -> Result<(), StoreError>;
+}
+
 /// The authoritative store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -528,6 +659,49 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
         by: &ops::RedriveBy,
     ) -> Result<Vec<ops::RedriveOutcome>, StoreError>;
+
+    // The sealed audit trail (DESIGN §10). The store reads and writes rows;
+    // `crate::seal` decides what a seal covers, digests and verifies.
+
+    /// Takes the sealing lock: one sealer at a time across instances, and
+    /// no audit rows purged meanwhile. `None` when another instance holds it.
+    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError>;
+
+    /// The highest audit id a seal may cover now: every row that will ever
+    /// hold an id up to it is committed and visible (or will never exist).
+    /// Waits up to `wait` for the writers that could still add one.
+    async fn audit_seal_horizon(&self, wait: Duration) -> Result<SealHorizon, StoreError>;
+
+    /// Up to `limit` audit rows after `after` whose ids are at most
+    /// `through_id`, in `(id, at)` order.
+    async fn audit_rows(
+        &self,
+        after: RowCursor,
+        through_id: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
+
+    /// The audit rows with ids above `after_id` and `at` in `range`.
+    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError>;
+
+    /// Up to `limit` seals from number `from_seq` on, in order.
+    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError>;
+
+    /// The newest seal.
+    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError>;
+
+    /// The seals whose rows' times overlap `range` (all of them when it is
+    /// unbounded); `None` when there are none.
+    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError>;
+
+    /// Appends `seal` if it follows the newest seal and its id range still
+    /// holds exactly `row_count` rows; false (nothing written) when another
+    /// sealer or a purge got there first.
+    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError>;
+
+    /// The lawful-purge records of the seals numbered `seqs` (inclusive), or
+    /// with `None` those of rows purged before a seal covered them.
+    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError>;
 }
 
 /// Opens the store for its URL: `postgres://…` or `sqlite://path`.

@@ -1,11 +1,13 @@
 //! The production store. The claim transaction is in [`claim`]; this file
 //! has the connection pool, lookups, audit appends, the outbox leases and
-//! the retention purge (one instance at a time, by advisory lock).
+//! the retention purge (one instance at a time, by advisory lock). The
+//! sealed audit trail's reads and appends are in [`seal`].
 
 mod claim;
 mod effect;
 
 mod ops;
+mod seal;
 
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
@@ -30,6 +32,11 @@ const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
        CASE WHEN has_table_privilege('public.audit_log', 'UPDATE,DELETE,TRUNCATE,TRIGGER') \
               OR has_any_column_privilege('public.audit_log', 'UPDATE') \
             THEN 'may change audit_log' END, \
+       CASE WHEN has_table_privilege(to_regclass('public.audit_seals'), 'UPDATE,DELETE,TRUNCATE,TRIGGER') \
+              OR has_any_column_privilege(to_regclass('public.audit_seals'), 'UPDATE') \
+            THEN 'may change audit_seals' END, \
+       CASE WHEN has_table_privilege(to_regclass('public.audit_purges'), 'INSERT,UPDATE,DELETE,TRUNCATE,TRIGGER') \
+            THEN 'may write audit_purges' END, \
        CASE WHEN has_table_privilege('public.oncegate_retention_floor', 'INSERT,UPDATE,DELETE,TRUNCATE') \
               OR has_any_column_privilege('public.oncegate_retention_floor', 'UPDATE') \
             THEN 'may change the retention floor' END, \
@@ -600,11 +607,53 @@ impl Store for PostgresStore {
     ) -> Result<Vec<super::ops::RedriveOutcome>, StoreError> {
         ops::redrive_outbox(&self.pool, target, limit, by).await
     }
+
+    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
+        seal::lock_sealing(&self.pool).await
+    }
+
+    async fn audit_seal_horizon(&self, wait: Duration) -> Result<SealHorizon, StoreError> {
+        seal::seal_horizon(&self.pool, wait).await
+    }
+
+    async fn audit_rows(
+        &self,
+        after: RowCursor,
+        through_id: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        seal::audit_rows(&self.pool, after, through_id, limit).await
+    }
+
+    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
+        seal::audit_rows_after(&self.pool, after_id, range).await
+    }
+
+    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
+        seal::audit_seals(&self.pool, from_seq, limit).await
+    }
+
+    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
+        seal::last_audit_seal(&self.pool).await
+    }
+
+    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
+        seal::audit_seal_span(&self.pool, range).await
+    }
+
+    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
+        seal::insert_audit_seal(&self.pool, seal).await
+    }
+
+    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
+        seal::audit_purges(&self.pool, seqs).await
+    }
 }
 
 /// Audit rows older than `cutoff`: whole monthly partitions dropped, then
 /// the boundary rows in batches (the functions clamp `cutoff` to the
-/// database's retention floor).
+/// database's retention floor, remove a sealed row only with its whole
+/// seal, and record what they removed: migration 0005).
 async fn purge_audit(
     conn: &mut sqlx::PgConnection,
     cutoff: OffsetDateTime,

@@ -70,3 +70,85 @@ where
         audit_duplicates: r.try_get(8)?,
     })
 }
+
+/// Sets of audit ids written as ascending, disjoint ranges: `1..4,7,9..12`
+/// (a single id alone, a run as `first..last`, inclusive). Seals list the
+/// ids they found no row for this way, purge records the ids they removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdRanges(Vec<(i64, i64)>);
+
+impl IdRanges {
+    /// Adds `id`, which must not be below the last one added.
+    pub fn push(&mut self, id: i64) {
+        self.push_range(id, id);
+    }
+
+    /// Adds `lo..=hi`, which must not start below the last range.
+    pub fn push_range(&mut self, lo: i64, hi: i64) {
+        if lo > hi {
+            return;
+        }
+        match self.0.last_mut() {
+            Some((_, last)) if lo <= last.saturating_add(1) => *last = (*last).max(hi),
+            _ => self.0.push((lo, hi)),
+        }
+    }
+
+    /// Reads the text form; an error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut out = Self::default();
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let (lo, hi) = part.split_once("..").unwrap_or((part, part));
+            let (lo, hi): (i64, i64) = match (lo.parse(), hi.parse()) {
+                (Ok(lo), Ok(hi)) if lo <= hi => (lo, hi),
+                _ => return Err(format!("{part:?} is not an id or a range a..b")),
+            };
+            if out.0.last().is_some_and(|&(_, last)| lo <= last) {
+                return Err(format!("{part:?} is not above the range before it"));
+            }
+            out.0.push((lo, hi));
+        }
+        Ok(out)
+    }
+
+    pub fn contains(&self, id: i64) -> bool {
+        let i = self.0.partition_point(|&(_, hi)| hi < id);
+        self.0.get(i).is_some_and(|&(lo, _)| lo <= id)
+    }
+
+    /// How many ids of `lo..=hi` the set holds.
+    pub fn count_in(&self, lo: i64, hi: i64) -> i64 {
+        self.0
+            .iter()
+            .map(|&(a, b)| (b.min(hi) as i128 - a.max(lo) as i128 + 1).max(0) as i64)
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The ranges, ascending.
+    pub fn ranges(&self) -> &[(i64, i64)] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for IdRanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, &(lo, hi)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if lo == hi {
+                write!(f, "{lo}")?;
+            } else {
+                write!(f, "{lo}..{hi}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The previous digest of the first seal: 64 zeros.
+pub const GENESIS_DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";

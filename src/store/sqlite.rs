@@ -5,7 +5,10 @@
 //! every write transaction starts `IMMEDIATE`: no `SKIP LOCKED` is needed for
 //! the relay's leases, and no advisory lock for the purge, because nothing
 //! can interleave with a write transaction. The relay polls, and is woken
-//! in-process after each commit that wrote outbox rows.
+//! in-process after each commit that wrote outbox rows. The sealed audit
+//! trail and the purge of audit rows are in [`seal`].
+
+mod seal;
 
 mod effect;
 
@@ -500,27 +503,18 @@ impl Store for SqliteStore {
                    ORDER BY claimed_at LIMIT ?2)",
                 cutoff,
                 policy.batch_size,
-                false,
-            )
-            .await?;
-        report.audit_deleted = self
-            .delete_in_batches(
-                "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < ?1 LIMIT ?2)",
-                cutoff,
-                policy.batch_size,
-                true,
             )
             .await?;
         report.effects_deleted = self
-            .delete_in_batches(effect::PURGE_SQL, cutoff, policy.batch_size, false)
+            .delete_in_batches(effect::PURGE_SQL, cutoff, policy.batch_size)
             .await?;
+        report.audit_deleted = self.purge_audit(cutoff, policy.batch_size).await?;
         report.outbox_deleted = self
             .delete_in_batches(
                 "DELETE FROM outbox WHERE event_id IN ( \
                    SELECT event_id FROM outbox WHERE published_at < ?1 LIMIT ?2)",
                 outbox_cutoff,
                 policy.batch_size,
-                false,
             )
             .await?;
         let oldest: Option<i64> = sqlx::query_scalar("SELECT min(claimed_at) FROM processed_messages")
@@ -664,38 +658,77 @@ impl Store for SqliteStore {
         }
         Ok(outcomes)
     }
+
+    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
+        Ok(seal::lock_sealing())
+    }
+
+    /// Immediate: no writer can hold an id below the highest committed one.
+    async fn audit_seal_horizon(&self, _wait: Duration) -> Result<SealHorizon, StoreError> {
+        seal::seal_horizon(self).await
+    }
+
+    async fn audit_rows(
+        &self,
+        after: RowCursor,
+        through_id: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        seal::audit_rows(self, after, through_id, limit).await
+    }
+
+    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
+        seal::audit_rows_after(self, after_id, range).await
+    }
+
+    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
+        seal::audit_seals(self, from_seq, limit).await
+    }
+
+    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
+        seal::last_audit_seal(self).await
+    }
+
+    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
+        seal::audit_seal_span(self, range).await
+    }
+
+    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
+        seal::insert_audit_seal(self, seal).await
+    }
+
+    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
+        seal::audit_purges(self, seqs).await
+    }
 }
 
 impl SqliteStore {
     /// Runs a `(cutoff, batch)` delete until a batch comes back short, each
-    /// batch its own transaction; `audit` opens the purge gate inside it.
-    async fn delete_in_batches(
-        &self,
-        sql: &'static str,
-        cutoff: i64,
-        batch: i64,
-        audit: bool,
-    ) -> Result<u64, StoreError> {
+    /// batch its own transaction.
+    async fn delete_in_batches(&self, sql: &'static str, cutoff: i64, batch: i64) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
             let mut tx = self.begin().await?;
-            if audit {
-                sqlx::query("INSERT INTO oncegate_purge_gate (open) VALUES (1)")
-                    .execute(&mut *tx)
-                    .await?;
-            }
             let n = sqlx::query(sql)
                 .bind(cutoff)
                 .bind(batch)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-            if audit {
-                sqlx::query("DELETE FROM oncegate_purge_gate")
-                    .execute(&mut *tx)
-                    .await?;
-            }
             tx.commit().await?;
+            total += n;
+            if n < batch as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Audit rows older than `cutoff`, in batches, recorded (see
+    /// [`seal::purge_audit_batch`]).
+    async fn purge_audit(&self, cutoff: i64, batch: i64) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let n = seal::purge_audit_batch(self, cutoff, batch).await?;
             total += n;
             if n < batch as u64 {
                 return Ok(total);

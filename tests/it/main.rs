@@ -29,6 +29,7 @@ mod ops;
 mod privilege;
 mod relay;
 mod retention;
+mod seal;
 mod security;
 mod store_suite;
 mod structure;

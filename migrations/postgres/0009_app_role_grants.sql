@@ -1,0 +1,175 @@
+-- The application role's privileges with both of this round's additions:
+-- the audit seals (0005: audit_seals INSERT/SELECT, audit_purges SELECT, the
+-- seal horizon function) and the effect records (0007: effects). 0005 and
+-- 0007 were written side by side, each redefining oncegate_grant_app_role
+-- from 0004's body; this definition is their union and the one in force.
+-- Later migrations that add tables the sidecar uses extend it again.
+CREATE OR REPLACE FUNCTION oncegate_grant_app_role(app_role name) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    -- table => privileges the role gets on it; every other table privilege
+    -- on these tables (and any on audit_log's partitions) is refused.
+    allowed constant jsonb := jsonb_build_object(
+        'processed_messages',       jsonb_build_array('SELECT', 'INSERT', 'DELETE'),
+        'disbursements',            jsonb_build_array('SELECT', 'INSERT'),
+        'award_balances',           jsonb_build_array('SELECT', 'INSERT', 'UPDATE'),
+        'outbox',                   jsonb_build_array('SELECT', 'INSERT', 'UPDATE', 'DELETE'),
+        'audit_log',                jsonb_build_array('SELECT', 'INSERT'),
+        'effects',                  jsonb_build_array('SELECT', 'INSERT', 'UPDATE', 'DELETE'),
+        'audit_seals',              jsonb_build_array('SELECT', 'INSERT'),
+        'audit_purges',             jsonb_build_array('SELECT'),
+        'oncegate_retention_floor', jsonb_build_array('SELECT'));
+    all_privs constant text[] := ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER'];
+    granted_fns constant text[] := ARRAY[
+        'public.oncegate_ensure_audit_partitions(date, integer)',
+        'public.oncegate_drop_audit_partitions(timestamptz)',
+        'public.oncegate_purge_audit_rows(timestamptz, integer)',
+        'public.oncegate_audit_seal_horizon()'];
+    owner_only_fns constant text[] := ARRAY[
+        'public.oncegate_clamp_cutoff(timestamptz)',
+        'public.oncegate_grant_app_role(name)',
+        'public.oncegate_audit_purge_bounds(timestamptz)',
+        'public.oncegate_record_audit_purge(timestamptz, text, text, bigint[])',
+        'public.oncegate_seal_lock_key()'];
+    owner_role name;
+    role_row   pg_roles%ROWTYPE;
+    rel        record;
+    t          text;
+    p          text;
+    f          text;
+    want       boolean;
+    problems   text[] := '{}';
+BEGIN
+    SELECT pg_get_userbyid(c.relowner) INTO owner_role
+    FROM pg_class c WHERE c.oid = 'public.audit_log'::regclass;
+
+    SELECT * INTO role_row FROM pg_roles WHERE rolname = app_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'oncegate_grant_app_role: role "%" does not exist', app_role
+            USING ERRCODE = '42704', HINT = 'Create it first, e.g. CREATE ROLE oncegate_app LOGIN PASSWORD ''…''.';
+    END IF;
+    IF role_row.rolsuper THEN
+        RAISE EXCEPTION 'oncegate_grant_app_role: role "%" is a superuser; the application role must be an ordinary role', app_role
+            USING ERRCODE = '22023';
+    END IF;
+    IF role_row.rolcreaterole THEN
+        RAISE EXCEPTION 'oncegate_grant_app_role: role "%" has CREATEROLE (it can make itself a member of the owner); the application role must not', app_role
+            USING ERRCODE = '22023';
+    END IF;
+    -- The owner of any oncegate table, or a member of it (with or without
+    -- INHERIT: a member can SET ROLE to it), is not least privilege.
+    FOR rel IN
+        SELECT DISTINCT pg_get_userbyid(c.relowner) AS owner
+        FROM pg_class c
+        WHERE c.oid = ANY (ARRAY(SELECT to_regclass('public.' || k) FROM jsonb_object_keys(allowed) k))
+    LOOP
+        IF pg_has_role(app_role, rel.owner, 'MEMBER') THEN
+            RAISE EXCEPTION 'oncegate_grant_app_role: role "%" is the schema owner "%" or a member of it; granting it privileges is meaningless', app_role, rel.owner
+                USING ERRCODE = '22023', HINT = 'Run the sidecar as a separate role that is not a member of the owner.';
+        END IF;
+    END LOOP;
+    IF NOT pg_has_role(current_user, owner_role, 'USAGE') THEN
+        RAISE EXCEPTION 'oncegate_grant_app_role: run it as the schema owner "%", not as "%"', owner_role, current_user
+            USING ERRCODE = '42501';
+    END IF;
+
+    -- The schema: USAGE (usually through PUBLIC already), never CREATE.
+    IF has_schema_privilege(current_user, 'public', 'USAGE WITH GRANT OPTION') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA public TO %I', app_role);
+    END IF;
+    IF has_schema_privilege(current_user, 'public', 'CREATE WITH GRANT OPTION') THEN
+        EXECUTE format('REVOKE CREATE ON SCHEMA public FROM %I', app_role);
+    END IF;
+
+    -- Tables: everything off (column privileges too), then the documented set.
+    FOR t IN SELECT jsonb_object_keys(allowed) LOOP
+        EXECUTE format('REVOKE ALL ON TABLE public.%I FROM %I', t, app_role);
+        EXECUTE format('GRANT %s ON TABLE public.%I TO %I',
+                       (SELECT string_agg(x, ', ') FROM jsonb_array_elements_text(allowed -> t) x), t, app_role);
+    END LOOP;
+    -- audit_log's partitions, present and future, need nothing: rows are
+    -- inserted and read through the parent, whose privileges are the ones
+    -- checked. Nothing on a partition directly.
+    FOR rel IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'public.audit_log'::regclass
+    LOOP
+        EXECUTE format('REVOKE ALL ON TABLE public.%I FROM %I', rel.relname, app_role);
+    END LOOP;
+    -- audit_log.id is an identity column: inserting needs no privilege on
+    -- its sequence, so the role gets none (setval would be UPDATE).
+    FOR rel IN
+        SELECT s.oid::regclass AS seq
+        FROM pg_class s JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = s.oid
+        WHERE s.relkind = 'S' AND d.refobjid = ANY (ARRAY(SELECT to_regclass('public.' || k) FROM jsonb_object_keys(allowed) k))
+    LOOP
+        EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM %I', rel.seq, app_role);
+    END LOOP;
+
+    -- Functions: the purge/partition functions, not the owner's helpers.
+    FOREACH f IN ARRAY granted_fns || owner_only_fns LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM %I', f, app_role);
+    END LOOP;
+    FOREACH f IN ARRAY granted_fns LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, app_role);
+    END LOOP;
+
+    -- Verify what the role can effectively do (through PUBLIC, memberships
+    -- and other grantors too), not just what this function granted.
+    IF NOT has_schema_privilege(app_role, 'public', 'USAGE') THEN
+        problems := problems || 'lacks USAGE on schema public'::text;
+    END IF;
+    IF has_schema_privilege(app_role, 'public', 'CREATE') THEN
+        problems := problems || 'has CREATE on schema public (REVOKE CREATE ON SCHEMA public FROM PUBLIC, the Postgres 15 default)'::text;
+    END IF;
+    FOR t IN SELECT jsonb_object_keys(allowed) LOOP
+        FOREACH p IN ARRAY all_privs LOOP
+            want := (allowed -> t) ? p;
+            IF has_table_privilege(app_role, format('public.%I', t), p) <> want THEN
+                problems := problems || format('%s %s on %s', CASE WHEN want THEN 'lacks' ELSE 'has' END, p, t);
+            ELSIF NOT want AND p IN ('SELECT', 'INSERT', 'UPDATE', 'REFERENCES')
+                  AND has_any_column_privilege(app_role, format('public.%I', t), p) THEN
+                problems := problems || format('has column-level %s on %s', p, t);
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOR rel IN
+        SELECT c.oid, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'public.audit_log'::regclass
+    LOOP
+        FOREACH p IN ARRAY all_privs LOOP
+            IF has_table_privilege(app_role, rel.oid, p)
+               OR (p IN ('SELECT', 'INSERT', 'UPDATE', 'REFERENCES') AND has_any_column_privilege(app_role, rel.oid, p)) THEN
+                problems := problems || format('has %s on partition %s', p, rel.relname);
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOR rel IN
+        SELECT s.oid, s.relname
+        FROM pg_class s JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = s.oid
+        WHERE s.relkind = 'S' AND d.refobjid = ANY (ARRAY(SELECT to_regclass('public.' || k) FROM jsonb_object_keys(allowed) k))
+    LOOP
+        FOREACH p IN ARRAY ARRAY['USAGE', 'SELECT', 'UPDATE'] LOOP
+            IF has_sequence_privilege(app_role, rel.oid, p) THEN
+                problems := problems || format('has %s on sequence %s', p, rel.relname);
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOREACH f IN ARRAY granted_fns LOOP
+        IF NOT has_function_privilege(app_role, f, 'EXECUTE') THEN
+            problems := problems || format('lacks EXECUTE on %s', f);
+        END IF;
+    END LOOP;
+    FOREACH f IN ARRAY owner_only_fns LOOP
+        IF has_function_privilege(app_role, f, 'EXECUTE') THEN
+            problems := problems || format('has EXECUTE on %s', f);
+        END IF;
+    END LOOP;
+    IF cardinality(problems) > 0 THEN
+        RAISE EXCEPTION 'oncegate_grant_app_role: role "%" %', app_role, array_to_string(problems, '; ')
+            USING ERRCODE = '22023',
+                  HINT = 'A privilege it holds through PUBLIC, a role it belongs to or a grant by another role cannot be revoked here; revoke it at its source.';
+    END IF;
+END $$;
+REVOKE EXECUTE ON FUNCTION oncegate_grant_app_role(name) FROM PUBLIC;

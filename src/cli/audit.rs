@@ -1,0 +1,207 @@
+//! `oncegate audit seal | verify | export`: the sealed audit trail from the
+//! command line (README "Audit trail and retention").
+
+use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
+use crate::error::ConfigError;
+use crate::seal::export::{self, Target};
+use crate::seal::verify::{self, VerifyReport};
+use crate::seal::{SealRun, SealSettings, Sealer};
+use crate::store::{StoreSettings, TimeRange};
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Exit code of `verify` when the trail does not match (EX_DATAERR).
+pub const EXIT_MISMATCH: u8 = 65;
+/// Exit code of `seal` when open transactions kept it from sealing (EX_TEMPFAIL).
+pub const EXIT_DEFERRED: u8 = 75;
+
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    pub command: AuditCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuditCommand {
+    /// Seal the audit rows written since the last seal, once, and exit
+    /// (for scripts, cron and tests; `serve` seals on its own interval).
+    Seal(SealCommandArgs),
+    /// Recompute the seal chain from the database (or an export) and name
+    /// every row or seal that no longer matches; exit 65 if any does.
+    Verify(VerifyArgs),
+    /// Write sealed rows, their seals and purge records as JSON Lines.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SealCommandArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub seal: SealArgs,
+    /// Written into each seal (default: the host name).
+    #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub range: TimeRangeArgs,
+    /// Verify this export (a file, or a directory of monthly files) instead
+    /// of the database.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    pub export: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub range: TimeRangeArgs,
+    /// A file, or a directory (one that exists, or a path ending in `/`)
+    /// for one file per month, `audit-YYYY-MM.jsonl`. Never overwritten.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// An `audit` subcommand with its settings resolved.
+pub enum AuditJob {
+    Seal(StoreSettings, SealSettings),
+    Verify(Source, TimeRange),
+    Export(StoreSettings, TimeRange, PathBuf),
+}
+
+/// What `verify` reads.
+pub enum Source {
+    Store(StoreSettings),
+    Export(PathBuf),
+}
+
+/// Connections an audit tool opens at most.
+const AUDIT_POOL: u32 = 2;
+
+impl AuditArgs {
+    pub fn resolve(self) -> Result<AuditJob, ConfigError> {
+        Ok(match self.command {
+            AuditCommand::Seal(a) => {
+                let instance = a.instance_id.clone().unwrap_or_else(hostname);
+                AuditJob::Seal(a.store.settings(AUDIT_POOL)?, a.seal.settings(instance.into())?)
+            }
+            AuditCommand::Verify(a) => {
+                let source = match a.export {
+                    Some(path) => Source::Export(path),
+                    None => Source::Store(a.store.settings(AUDIT_POOL)?),
+                };
+                AuditJob::Verify(source, a.range.range()?)
+            }
+            AuditCommand::Export(a) => {
+                AuditJob::Export(a.store.settings(AUDIT_POOL)?, a.range.range()?, a.out)
+            }
+        })
+    }
+}
+
+pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
+    match job {
+        AuditJob::Seal(store, settings) => seal(store, settings).await,
+        AuditJob::Verify(source, range) => verify(source, range).await,
+        AuditJob::Export(store, range, out) => export(store, range, out).await,
+    }
+}
+
+async fn seal(store: StoreSettings, settings: SealSettings) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(&store).await?;
+    let run = Sealer::new(store, settings).step().await.context("sealing")?;
+    let latest = |head: &Option<(i64, String)>| match head {
+        Some((seq, digest)) => format!("latest digest: seal {seq} {digest}"),
+        None => "no seals yet".to_string(),
+    };
+    match run {
+        SealRun::Sealed {
+            seals: Some((first, last)),
+            rows,
+            head,
+        } => println!(
+            "sealed {} into {}; {}",
+            verify::count(rows, "audit row"),
+            verify::seal_range(first, last),
+            latest(&head)
+        ),
+        SealRun::Sealed {
+            seals: None, head, ..
+        } => println!("nothing new to seal; {}", latest(&head)),
+        SealRun::Busy => println!("skipped: another instance is sealing"),
+        SealRun::Raced => println!("skipped: another sealer sealed these rows first"),
+        SealRun::Deferred { writers } => {
+            println!(
+                "deferred: {writers} open transactions may still add audit rows below the boundary; \
+                 nothing sealed (raise ONCEGATE_AUDIT_SEAL_WAIT or run again)"
+            );
+            return Ok(ExitCode::from(EXIT_DEFERRED));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Progress on stderr, every two seconds.
+fn progress(what: &'static str) -> impl FnMut(u64, u64) + Send {
+    let mut last = Instant::now();
+    move |done, total| {
+        if last.elapsed() >= Duration::from_secs(2) {
+            last = Instant::now();
+            match total {
+                0 => eprintln!("{what}: {done} rows"),
+                _ => eprintln!("{what}: {done} of {total} rows ({}%)", done * 100 / total.max(1)),
+            }
+        }
+    }
+}
+
+async fn verify(source: Source, range: TimeRange) -> anyhow::Result<ExitCode> {
+    let mut progress = progress("verify");
+    let report: VerifyReport = match source {
+        Source::Store(settings) => {
+            let store = super::open_store(&settings).await?;
+            verify::verify_store(&*store, &range, &mut progress)
+                .await
+                .context("verifying the audit trail")?
+        }
+        Source::Export(path) => export::verify_export(&path, &mut progress)
+            .await
+            .with_context(|| format!("verifying the export {}", path.display()))?,
+    };
+    println!("{report}");
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_MISMATCH)
+    })
+}
+
+async fn export(settings: StoreSettings, range: TimeRange, out: PathBuf) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(&settings).await?;
+    let summary = export::export(&*store, &range, &Target::for_path(&out), &mut progress("export"))
+        .await
+        .context("exporting the audit trail")?;
+    match summary.latest {
+        Some((seq, digest)) => {
+            println!(
+                "exported {}, {}; latest digest: seal {seq} {digest}",
+                verify::count(summary.seals, "seal"),
+                verify::count(summary.rows, "row")
+            );
+            for file in &summary.files {
+                println!("  {}", file.display());
+            }
+        }
+        None => println!("nothing to export: no seals in the range"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
