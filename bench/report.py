@@ -68,6 +68,9 @@ FIGURES = [
     ("pgbench_mix", "same-schema pgbench 70 % fresh / 30 % duplicate, 32 clients, tps"),
     ("dup_l1_64_log_info", "sidecar L1 duplicates/s, 64 clients, default log level (info)"),
     ("dup_l1_64_log_warn", "sidecar L1 duplicates/s, 64 clients, RUST_LOG=warn (no INFO line)"),
+    ("effects_64", "Effects API operations/s (Begin+Complete of a fresh key, or a Begin answered stored; 30 %), 64 clients"),
+    ("seal_on", "sidecar fresh claims/s, 64 clients, audit sealed every second"),
+    ("seal_off", "sidecar fresh claims/s, 64 clients, sealing off"),
 ]
 RATIOS = [
     ("fresh (group commit) / the peer", "fresh_gc", "peer_fresh", figure, ">= 3.0", lambda x: x >= 3.0),
@@ -79,6 +82,7 @@ RATIOS = [
     ("fresh (group commit) / same-schema pgbench", "fresh_gc", "pgbench_fresh", figure, "(same schema, not a user's yardstick)", lambda x: None),
     ("mix / same-schema pgbench mix", "mix_32", "pgbench_mix", figure, "(same schema, not a user's yardstick)", lambda x: None),
     ("L1 duplicates, info / warn log level", "dup_l1_64_log_info", "dup_l1_64_log_warn", figure, "(cost of the INFO line)", lambda x: None),
+    ("fresh claims, sealing every second / sealing off", "seal_on", "seal_off", figure, "(cost of sealing)", lambda x: None),
 ]
 
 summary = {"machine": machine, "figures": {}, "ratios": {}, "raw": rows}
@@ -120,6 +124,12 @@ COSTS = [
     ("Postgres CPU per delivery (the limit, 4 clients)", "limit_c4", "postgres_cpu_us_per_op", "", None),
     ("sidecar CPU per L1 duplicate (64 clients)", "dup_l1_64", "sidecar_cpu_us_per_op", "<= 25", lambda x: x <= 25),
     ("sidecar CPU per delivery, 30 % redeliveries (32 clients)", "mix_32", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per effect operation (64 clients, 30 % stored answers)", "effects_64", "sidecar_cpu_us_per_op", "", None),
+    ("Postgres CPU per effect operation", "effects_64", "postgres_cpu_us_per_op", "", None),
+    ("sidecar CPU per fresh claim, sealing every second", "seal_on", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per fresh claim, sealing off", "seal_off", "sidecar_cpu_us_per_op", "", None),
+    ("Postgres CPU per fresh claim, sealing every second", "seal_on", "postgres_cpu_us_per_op", "", None),
+    ("Postgres CPU per fresh claim, sealing off", "seal_off", "postgres_cpu_us_per_op", "", None),
 ]
 summary["costs"] = {}
 for label, name, key, target, ok in COSTS:

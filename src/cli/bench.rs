@@ -6,6 +6,8 @@
 //! (disbursements = unique submissions, totals exact), exiting 2 on a mismatch.
 
 use crate::error::ConfigError;
+mod effects;
+
 use crate::pb::gate_client::GateClient;
 use crate::pb::{self, Outcome, Tier};
 use crate::store::StoreSettings;
@@ -66,6 +68,10 @@ pub struct BenchArgs {
     /// Suppress the progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Drive the Effects API instead (Begin + Complete of fresh keys; Begins of
+    /// completed ones with --duplicate-ratio).
+    #[arg(long)]
+    pub effects: bool,
 }
 
 impl BenchArgs {
@@ -273,6 +279,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         serve_echo(addr).await?;
         return Ok(ExitCode::SUCCESS);
     }
+    if args.effects {
+        return run_effects(args).await;
+    }
     let store = match &args.database_url {
         Some(url) => {
             let settings = StoreSettings::new(url.clone(), 2);
@@ -316,6 +325,39 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// `--effects`: every client through the Effects API for the duration.
+async fn run_effects(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let chans = channels(&args.target, args.connections).await?;
+    let run: Arc<str> = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]).into();
+    let next = Arc::new(AtomicU64::new(0));
+    let args = Arc::new(args);
+    let started = Instant::now();
+    let until = started + args.duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, chan) in (0..args.clients.max(1)).zip(chans.iter().cycle()) {
+        let client = crate::pb::effects_client::EffectsClient::new(chan.clone());
+        tasks.spawn(effects::client_loop(
+            client,
+            run.clone(),
+            next.clone(),
+            args.clone(),
+            until,
+            c as u64 + 1,
+        ));
+    }
+    let mut total = ClientStats::new();
+    while let Some(done) = tasks.join_next().await {
+        total.merge(done?);
+    }
+    let report = Report::new(&args, started.elapsed(), &total, None);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        report.print();
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Fresh submissions before measuring, split over the clients' histories
