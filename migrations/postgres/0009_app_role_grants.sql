@@ -1,8 +1,7 @@
 -- The application role's privileges with both of this round's additions:
 -- the audit seals (0005: audit_seals INSERT/SELECT, audit_purges SELECT, the
--- seal horizon function) and the effect records (0007: effects). 0005 and
--- 0007 were written side by side, each redefining oncegate_grant_app_role
--- from 0004's body; this definition is their union and the one in force.
+-- seal horizon function) and the effect records (0007: effects): 0004's
+-- definition with both added, the one in force.
 -- Later migrations that add tables the sidecar uses extend it again.
 CREATE OR REPLACE FUNCTION oncegate_grant_app_role(app_role name) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
