@@ -304,12 +304,7 @@ impl Effects {
     /// `Complete`: commits the response under the lease; fills the caches
     /// and wakes this instance's waiters.
     pub async fn complete(&self, raw: &pb::CompleteRequest) -> Result<Arc<CompletedEffect>, GateError> {
-        if raw.response.len() > MAX_BYTES {
-            return Err(GateError::invalid(format!(
-                "response is {} bytes, at most {MAX_BYTES} allowed",
-                raw.response.len()
-            )));
-        }
+        request::check_size("response", &raw.response)?;
         let f = Fenced::validate(&raw.namespace, &raw.idempotency_key, &raw.lease_token)?;
         let outcome = self
             .store

@@ -649,7 +649,8 @@ async fn release_lets_the_next_begin_acquire_at_once_and_every_transition_is_aud
     );
 }
 
-/// Validation: INVALID_ARGUMENT naming the field; nothing written.
+/// Validation: INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED over a
+/// size limit (the field's, or the whole message's); nothing written.
 async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
     let db = TestDb::new(kind).await;
     let app = TestApp::spawn(serve_args(&db)).await;
@@ -662,7 +663,6 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
         (begin_req("pay", "", b"", TTL), "idempotency_key"),
         (begin_req("pay", &"k".repeat(129), b"", TTL), "idempotency_key"),
         (begin_req("pay", "k\u{7}", b"", TTL), "idempotency_key"),
-        (begin_req("pay", "k", &vec![0; 1024 * 1024 + 1], TTL), "request"),
         (begin_req("pay", "k", b"", long), "lease_ttl"),
         (begin_req("pay", "k", b"", Duration::ZERO), "lease_ttl"),
     ];
@@ -671,16 +671,48 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
         assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
         assert!(e.message().contains(field), "names {field}: {}", e.message());
     }
-    let big = complete(&mut c, "pay", "k", "abc", &vec![0; 1024 * 1024 + 1])
+    // Over 1 MiB: the field's limit answers, well within the message limit.
+    let over = 1024 * 1024 + 1;
+    let big = c
+        .begin(begin_req("pay", "k", &vec![0; over], TTL))
         .await
         .unwrap_err();
-    assert_eq!(big.code(), Code::InvalidArgument);
-    assert!(big.message().contains("response"));
+    assert_eq!(big.code(), Code::ResourceExhausted, "{big:?}");
+    assert_eq!(
+        big.message(),
+        "request is 1048577 bytes, the limit is 1048576 bytes"
+    );
+    let big = complete(&mut c, "pay", "k", "abc", &vec![0; over])
+        .await
+        .unwrap_err();
+    assert_eq!(big.code(), Code::ResourceExhausted, "{big:?}");
+    assert_eq!(
+        big.message(),
+        "response is 1048577 bytes, the limit is 1048576 bytes"
+    );
     let bad = release(&mut c, "pay", "k", "abc", "line\nbreak")
         .await
         .unwrap_err();
     assert!(bad.message().contains("reason"), "{bad:?}");
     app.shutdown().await;
+    // Past ONCEGATE_MAX_MESSAGE_BYTES the transport refuses the message, as
+    // RESOURCE_EXHAUSTED too.
+    let mut args = serve_args(&db);
+    args.max_message_bytes = 64 * 1024;
+    args.max_payload_bytes = 16 * 1024;
+    let small = TestApp::spawn(args).await;
+    let mut c = effects_client(small.addr).await;
+    let whole = c
+        .begin(begin_req("pay", "k", &vec![0; 100 * 1024], TTL))
+        .await
+        .unwrap_err();
+    assert_eq!(whole.code(), Code::ResourceExhausted, "{whole:?}");
+    assert!(whole.message().contains("too large"), "{whole:?}");
+    let whole = complete(&mut c, "pay", "k", "abc", &vec![0; 100 * 1024])
+        .await
+        .unwrap_err();
+    assert_eq!(whole.code(), Code::ResourceExhausted, "{whole:?}");
+    small.shutdown().await;
     assert_eq!(db.scalar("SELECT count(*) FROM effects").await, 0);
     assert_eq!(
         db.scalar("SELECT count(*) FROM audit_log WHERE decision LIKE 'effect_%'")
