@@ -1,8 +1,11 @@
-//! Audit rows written off the hot path: duplicates answered by a cache tier
-//! and rejections decided before the store. (Processed submissions and
-//! duplicates decided by the database are audited inside the claim
-//! transaction.) A bounded queue, flushed in batches on an interval and on
-//! shutdown; anything that does not fit is counted, never blocks a request.
+//! Audit rows written off the hot path: duplicates answered by a cache tier,
+//! rejections decided before the store, and effect `Begin`s answered with a
+//! completed record by any tier (the store's read answers them without a
+//! write of its own). (Processed submissions and duplicates decided by the
+//! database are audited inside the claim transaction; an effect's lease
+//! transitions inside the effect's.) A bounded queue, flushed in batches on
+//! an interval and on shutdown; anything that does not fit is counted, never
+//! blocks a request.
 
 use crate::shutdown::Stop;
 use crate::store::{AuditEntry, Store};

@@ -218,21 +218,40 @@ impl Effects {
         tier: Tier,
     ) -> Result<Begun, GateError> {
         if record.fingerprint == req.fingerprint {
-            metrics::counter!("oncegate_effect_answers_total", "namespace" => req.namespace.clone(), "tier" => tier.as_str())
-                .increment(1);
-            return Ok(Begun::Completed { record, tier });
+            return Ok(self.answered(req, record, tier));
         }
+        self.audit_later(
+            req,
+            AuditDecision::EffectRejected,
+            tier,
+            crate::store::effect::REQUEST_MISMATCH.to_string(),
+        );
+        Err(GateError::RequestMismatch)
+    }
+
+    /// `req` answered with its completed record by `tier`: counted, and
+    /// audited off the hot path (as a cached duplicate submission is).
+    fn answered(&self, req: &BeginRequest, record: Arc<CompletedEffect>, tier: Tier) -> Begun {
+        metrics::counter!("oncegate_effect_answers_total", "namespace" => req.namespace.clone(), "tier" => tier.as_str())
+            .increment(1);
+        let detail = format!("attempt {}", record.attempt);
+        self.audit_later(req, AuditDecision::EffectAnswered, tier, detail);
+        Begun::Completed { record, tier }
+    }
+
+    /// One audit row for `req`, queued: the key prefix, and the namespace
+    /// in the `award_id` column, as the store's effect rows.
+    fn audit_later(&self, req: &BeginRequest, decision: AuditDecision, tier: Tier, detail: String) {
         self.audit.record(AuditEntry {
             at: crate::time_fmt::now_micros(),
-            decision: AuditDecision::EffectRejected,
+            decision,
             tier: Some(tier),
             key_prefix: key_prefix(&req.key).to_string(),
             award_id: req.namespace.clone(),
             instance: self.instance.clone(),
             payload_changed: false,
-            detail: Some(crate::store::effect::REQUEST_MISMATCH.to_string()),
+            detail: Some(detail),
         });
-        Err(GateError::RequestMismatch)
     }
 
     /// One `Begin` transaction in the store.
@@ -256,12 +275,7 @@ impl Effects {
             BeginOutcome::Completed(record) => {
                 let record = Arc::new(record);
                 self.fill(&req.id, record.clone()).await;
-                metrics::counter!("oncegate_effect_answers_total", "namespace" => req.namespace.clone(), "tier" => "DATABASE")
-                    .increment(1);
-                Ok(Held::Answer(Begun::Completed {
-                    record,
-                    tier: Tier::Database,
-                }))
+                Ok(Held::Answer(self.answered(req, record, Tier::Database)))
             }
             BeginOutcome::Held { expires_in } => Ok(Held::For(expires_in)),
             BeginOutcome::Mismatch => Err(GateError::RequestMismatch),
@@ -290,12 +304,7 @@ impl Effects {
     /// `Complete`: commits the response under the lease; fills the caches
     /// and wakes this instance's waiters.
     pub async fn complete(&self, raw: &pb::CompleteRequest) -> Result<Arc<CompletedEffect>, GateError> {
-        if raw.response.len() > MAX_BYTES {
-            return Err(GateError::invalid(format!(
-                "response is {} bytes, at most {MAX_BYTES} allowed",
-                raw.response.len()
-            )));
-        }
+        request::check_size("response", &raw.response)?;
         let f = Fenced::validate(&raw.namespace, &raw.idempotency_key, &raw.lease_token)?;
         let outcome = self
             .store

@@ -209,6 +209,9 @@ pub enum AuditDecision {
     EffectRetaken,
     /// An effect's key reused with a different request.
     EffectRejected,
+    /// A `Begin` answered with an effect's completed record (the tier in
+    /// `tier`): the effect is not performed again.
+    EffectAnswered,
     /// A quarantined outbox event put back to pending by an operator.
     Redriven,
 }
@@ -224,6 +227,7 @@ impl AuditDecision {
             Self::EffectReleased => "effect_released",
             Self::EffectRetaken => "effect_retaken",
             Self::EffectRejected => "effect_rejected",
+            Self::EffectAnswered => "effect_answered",
             Self::Redriven => "redriven",
         }
     }

@@ -33,12 +33,7 @@ impl BeginRequest {
     pub fn validate(raw: &pb::BeginRequest) -> Result<Self, GateError> {
         validate_namespace(&raw.namespace)?;
         validate_key(&raw.idempotency_key)?;
-        if raw.request.len() > MAX_BYTES {
-            return Err(GateError::invalid(format!(
-                "request is {} bytes, at most {MAX_BYTES} allowed",
-                raw.request.len()
-            )));
-        }
+        check_size("request", &raw.request)?;
         Ok(Self {
             id: record_id(&raw.namespace, &raw.idempotency_key),
             namespace: raw.namespace.clone(),
@@ -98,6 +93,18 @@ impl Fenced {
             instance,
         }
     }
+}
+
+/// `RESOURCE_EXHAUSTED` over [`MAX_BYTES`], as Submit's payload (DESIGN §1):
+/// the message names the field and both sizes.
+pub fn check_size(field: &str, bytes: &[u8]) -> Result<(), GateError> {
+    if bytes.len() > MAX_BYTES {
+        return Err(GateError::TooLarge(format!(
+            "{field} is {} bytes, the limit is {MAX_BYTES} bytes",
+            bytes.len()
+        )));
+    }
+    Ok(())
 }
 
 fn record_id(namespace: &str, key: &str) -> String {
@@ -192,15 +199,34 @@ mod tests {
         assert!(message(begin("pay", "k", Some((0, 0)))).contains("lease_ttl"));
         assert!(message(begin("pay", "k", Some((-1, 0)))).contains("lease_ttl"));
         assert!(message(begin("pay", "k", Some((901, 0)))).contains("lease_ttl"));
-        let mut big = begin("pay", "k", None);
-        big.request = vec![0; MAX_BYTES + 1];
-        assert!(message(big).contains("request"));
         assert!(
             validate_reason("a\nb")
                 .unwrap_err()
                 .to_string()
                 .contains("reason")
         );
+    }
+
+    #[test]
+    fn oversized_request_and_response_are_resource_exhausted_naming_the_field() {
+        let mut big = begin("pay", "k", None);
+        big.request = vec![0; MAX_BYTES + 1];
+        let e = BeginRequest::validate(&big).unwrap_err();
+        assert!(matches!(e, GateError::TooLarge(_)), "{e:?}");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "request is {} bytes, the limit is {MAX_BYTES} bytes",
+                MAX_BYTES + 1
+            )
+        );
+        big.request.pop();
+        assert!(BeginRequest::validate(&big).is_ok(), "exactly 1 MiB is allowed");
+        let e = check_size("response", &vec![0; MAX_BYTES + 1]).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.to_string().starts_with("response is 1048577 bytes"), "{e}");
+        assert!(check_size("response", &vec![0; MAX_BYTES]).is_ok());
     }
 
     #[test]

@@ -117,6 +117,31 @@ async fn audit_count(db: &TestDb, ns: &str, decision: &str) -> i64 {
     .await
 }
 
+/// Seals every audit row and verifies the trail: effect rows are sealed and
+/// verified as any other.
+async fn assert_sealed_and_verified(db: &TestDb) {
+    use oncegate::seal::{SealRun, SealSettings, Sealer, verify::verify_store};
+    let store = db.open().await;
+    let settings = SealSettings {
+        wait: Duration::from_secs(5),
+        max_rows: 1_000,
+        instance: Arc::from("it-sealer"),
+    };
+    let sealer = Sealer::new(store.clone(), settings);
+    while let SealRun::Busy | SealRun::Raced = sealer.step().await.expect("seal") {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = verify_store(&*store, &Default::default(), &mut |_, _| {})
+        .await
+        .expect("verify");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        report.rows_checked as i64,
+        db.scalar("SELECT count(*) FROM audit_log").await,
+        "every row sealed and checked: {report}"
+    );
+}
+
 async fn flush(redis: &ThrowawayRedis) {
     use fred::prelude::*;
     let client = redis_client(&redis.url()).await;
@@ -125,7 +150,8 @@ async fn flush(redis: &ThrowawayRedis) {
 
 /// (1) First Begin acquires attempt 1; after Complete every Begin returns
 /// the stored response: from L1, from L2 on another instance, and from the
-/// store once Redis is flushed.
+/// store once Redis is flushed; each answer leaves an `effect_answered`
+/// audit row with the tier that answered.
 async fn a_completed_record_is_answered_by_every_tier(kind: Kind) {
     let db = TestDb::new(kind).await;
     let redis = ThrowawayRedis::start().await;
@@ -195,9 +221,26 @@ async fn a_completed_record_is_answered_by_every_tier(kind: Kind) {
         ),
         (Tier::Database, &b"receipt-1"[..], at.as_str())
     );
+    // Queued off the hot path and flushed on the interval, without a shutdown.
+    let arrived = eventually(Duration::from_secs(10), || async {
+        audit_count(&db, "pay", "effect_answered").await == 3
+    })
+    .await;
+    assert!(arrived, "one effect_answered row per answered Begin");
     for app in [a, b, c] {
         app.shutdown().await;
     }
+    for tier in ["LOCAL_CACHE", "REDIS", "DATABASE"] {
+        let rows = db
+            .scalar(&format!(
+                "SELECT count(*) FROM audit_log WHERE decision = 'effect_answered' AND tier = '{tier}' \
+                 AND award_id = 'pay' AND key_prefix = 'k-1' AND detail = 'attempt 1'"
+            ))
+            .await;
+        assert_eq!(rows, 1, "the Begin answered by {tier} is audited with its tier");
+    }
+    assert_eq!(audit_count(&db, "pay", "effect_answered").await, 3);
+    assert_sealed_and_verified(&db).await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM effects WHERE state = 'completed'")
             .await,
@@ -606,7 +649,8 @@ async fn release_lets_the_next_begin_acquire_at_once_and_every_transition_is_aud
     );
 }
 
-/// Validation: INVALID_ARGUMENT naming the field; nothing written.
+/// Validation: INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED over a
+/// size limit (the field's, or the whole message's); nothing written.
 async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
     let db = TestDb::new(kind).await;
     let app = TestApp::spawn(serve_args(&db)).await;
@@ -619,7 +663,6 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
         (begin_req("pay", "", b"", TTL), "idempotency_key"),
         (begin_req("pay", &"k".repeat(129), b"", TTL), "idempotency_key"),
         (begin_req("pay", "k\u{7}", b"", TTL), "idempotency_key"),
-        (begin_req("pay", "k", &vec![0; 1024 * 1024 + 1], TTL), "request"),
         (begin_req("pay", "k", b"", long), "lease_ttl"),
         (begin_req("pay", "k", b"", Duration::ZERO), "lease_ttl"),
     ];
@@ -628,16 +671,48 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing(kind: Kind) {
         assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
         assert!(e.message().contains(field), "names {field}: {}", e.message());
     }
-    let big = complete(&mut c, "pay", "k", "abc", &vec![0; 1024 * 1024 + 1])
+    // Over 1 MiB: the field's limit answers, well within the message limit.
+    let over = 1024 * 1024 + 1;
+    let big = c
+        .begin(begin_req("pay", "k", &vec![0; over], TTL))
         .await
         .unwrap_err();
-    assert_eq!(big.code(), Code::InvalidArgument);
-    assert!(big.message().contains("response"));
+    assert_eq!(big.code(), Code::ResourceExhausted, "{big:?}");
+    assert_eq!(
+        big.message(),
+        "request is 1048577 bytes, the limit is 1048576 bytes"
+    );
+    let big = complete(&mut c, "pay", "k", "abc", &vec![0; over])
+        .await
+        .unwrap_err();
+    assert_eq!(big.code(), Code::ResourceExhausted, "{big:?}");
+    assert_eq!(
+        big.message(),
+        "response is 1048577 bytes, the limit is 1048576 bytes"
+    );
     let bad = release(&mut c, "pay", "k", "abc", "line\nbreak")
         .await
         .unwrap_err();
     assert!(bad.message().contains("reason"), "{bad:?}");
     app.shutdown().await;
+    // Past ONCEGATE_MAX_MESSAGE_BYTES the transport refuses the message, as
+    // RESOURCE_EXHAUSTED too.
+    let mut args = serve_args(&db);
+    args.max_message_bytes = 64 * 1024;
+    args.max_payload_bytes = 16 * 1024;
+    let small = TestApp::spawn(args).await;
+    let mut c = effects_client(small.addr).await;
+    let whole = c
+        .begin(begin_req("pay", "k", &vec![0; 100 * 1024], TTL))
+        .await
+        .unwrap_err();
+    assert_eq!(whole.code(), Code::ResourceExhausted, "{whole:?}");
+    assert!(whole.message().contains("too large"), "{whole:?}");
+    let whole = complete(&mut c, "pay", "k", "abc", &vec![0; 100 * 1024])
+        .await
+        .unwrap_err();
+    assert_eq!(whole.code(), Code::ResourceExhausted, "{whole:?}");
+    small.shutdown().await;
     assert_eq!(db.scalar("SELECT count(*) FROM effects").await, 0);
     assert_eq!(
         db.scalar("SELECT count(*) FROM audit_log WHERE decision LIKE 'effect_%'")

@@ -36,6 +36,7 @@ on_both_stores!(
     quarantined_events_are_redriven_in_award_order_and_audited,
     serve_exports_the_reconciliation_gauges,
     the_operations_migration_keeps_the_audit_trail_and_its_guards,
+    the_effect_answered_migration_keeps_the_audit_trail_and_its_guards,
 );
 
 const TS: &str = "2026-12-01T09:00:00Z";
@@ -874,11 +875,12 @@ async fn serve_exports_the_reconciliation_gauges(kind: Kind) {
     assert!(sidecar.terminate().await.success());
 }
 
-/// A database migrated up to (not including) the operations migration.
-async fn before_operations(kind: Kind) -> (TestDb, Option<tempfile::TempDir>) {
+/// A database migrated up to (not including) migration `before` (the
+/// Postgres and the SQLite number).
+async fn migrated_before(kind: Kind, before: (u32, u32)) -> (TestDb, Option<tempfile::TempDir>) {
     let (sub, last) = match kind {
-        Kind::Postgres => ("postgres", 6),
-        Kind::Sqlite => ("sqlite", 4),
+        Kind::Postgres => ("postgres", before.0),
+        Kind::Sqlite => ("sqlite", before.1),
     };
     let db = TestDb::unmigrated(kind).await;
     let dir = tempfile::tempdir().unwrap();
@@ -923,55 +925,133 @@ fn audit_insert(kind: Kind, decision: &str) -> String {
 /// The operations migration widens the audit decisions and keeps every
 /// row, its id, the id counter and the append-only guards.
 async fn the_operations_migration_keeps_the_audit_trail_and_its_guards(kind: Kind) {
-    let (db, _dir) = before_operations(kind).await;
-    for decision in ["processed", "duplicate", "rejected", "processed"] {
-        db.exec(&audit_insert(kind, decision)).await;
+    let widening = Widening {
+        before: (6, 4),
+        kept: ["processed", "duplicate", "rejected", "processed"],
+        added: &[
+            "redriven",
+            "effect_acquired",
+            "effect_completed",
+            "effect_released",
+            "effect_retaken",
+            "effect_rejected",
+        ],
+        sqlite_objects_added: &["index:audit_log_key_prefix"],
+    };
+    widening.keeps_the_audit_trail_and_its_guards(kind).await;
+}
+
+/// The effect_answered migration (postgres 0010, sqlite 0006) likewise; on
+/// SQLite the rebuilt table has exactly the indexes and triggers it had.
+async fn the_effect_answered_migration_keeps_the_audit_trail_and_its_guards(kind: Kind) {
+    let widening = Widening {
+        before: (10, 6),
+        kept: ["processed", "effect_rejected", "redriven", "duplicate"],
+        added: &["effect_answered"],
+        sqlite_objects_added: &[],
+    };
+    widening.keeps_the_audit_trail_and_its_guards(kind).await;
+}
+
+/// A migration that widens the audit decision CHECK.
+struct Widening {
+    /// The migration's number (Postgres, SQLite).
+    before: (u32, u32),
+    /// Decisions of four rows written before it.
+    kept: [&'static str; 4],
+    /// Decisions it allows.
+    added: &'static [&'static str],
+    /// The indexes and triggers on SQLite's `audit_log` it adds (`type:name`).
+    sqlite_objects_added: &'static [&'static str],
+}
+
+impl Widening {
+    /// The rows written before stay with their ids, the added decisions are
+    /// accepted and nothing else is, ids continue after the counter, and
+    /// `audit_log` stays append-only; on SQLite every index and trigger is
+    /// kept as it was and the purge gate still opens.
+    async fn keeps_the_audit_trail_and_its_guards(&self, kind: Kind) {
+        let (db, _dir) = migrated_before(kind, self.before).await;
+        for decision in self.kept {
+            db.exec(&audit_insert(kind, decision)).await;
+        }
+        if kind == Kind::Sqlite {
+            // The last row purged: the id counter (4) is past the largest id left (3).
+            purge_audit_row(&db, 4).await;
+        }
+        assert!(
+            db.try_exec(&audit_insert(kind, self.added[0])).await.is_err(),
+            "not yet"
+        );
+        let objects = sqlite_audit_log_objects(&db).await;
+        db.open().await.migrate().await.expect("the migration applies");
+        let rows = db
+            .scalar("SELECT count(*) FROM audit_log WHERE id IN (1, 2, 3) AND award_id = 'AWD-MIG'")
+            .await;
+        assert_eq!(rows, 3, "every row kept with its id");
+        for decision in self.added {
+            db.exec(&audit_insert(kind, decision)).await;
+        }
+        let err = db.try_exec(&audit_insert(kind, "bogus")).await.unwrap_err();
+        assert!(err.to_lowercase().contains("check"), "{err}");
+        let next = db
+            .scalar(&format!(
+                "SELECT min(id) FROM audit_log WHERE decision = '{}'",
+                self.added[0]
+            ))
+            .await;
+        match kind {
+            Kind::Sqlite => assert_eq!(next, 5, "ids continue after the counter, never reusing one"),
+            // An identity value is spent even by the refused insert above.
+            Kind::Postgres => assert!(next > 4, "{next}"),
+        }
+        for change in ["UPDATE audit_log SET instance = 'x'", "DELETE FROM audit_log"] {
+            let err = db.try_exec(change).await.unwrap_err();
+            assert!(err.contains("append-only"), "{change}: {err}");
+        }
+        if kind == Kind::Sqlite {
+            self.check_sqlite_objects(&db, objects).await;
+        }
     }
-    if kind == Kind::Sqlite {
-        // The last row purged: the id counter (4) is past the largest id left (3).
-        db.exec(
-            "INSERT INTO oncegate_purge_gate (open) VALUES (1); DELETE FROM audit_log WHERE id = 4; \
-             DELETE FROM oncegate_purge_gate;",
-        )
-        .await;
+
+    async fn check_sqlite_objects(&self, db: &TestDb, before: Vec<(String, String)>) {
+        let (added, kept): (Vec<_>, Vec<_>) = sqlite_audit_log_objects(db)
+            .await
+            .into_iter()
+            .partition(|(name, _)| self.sqlite_objects_added.contains(&name.as_str()));
+        assert_eq!(kept, before, "indexes and triggers recreated exactly");
+        let added: Vec<&str> = added.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(added, self.sqlite_objects_added);
+        purge_audit_row(db, 1).await;
+        assert_eq!(db.scalar("SELECT count(*) FROM audit_log WHERE id = 1").await, 0);
     }
-    assert!(
-        db.try_exec(&audit_insert(kind, "redriven")).await.is_err(),
-        "not yet"
-    );
-    db.open()
-        .await
-        .migrate()
-        .await
-        .expect("the operations migration applies");
-    let rows = db
-        .scalar("SELECT count(*) FROM audit_log WHERE id IN (1, 2, 3) AND award_id = 'AWD-MIG'")
-        .await;
-    assert_eq!(rows, 3, "every row kept with its id");
-    for decision in [
-        "redriven",
-        "effect_acquired",
-        "effect_completed",
-        "effect_released",
-        "effect_retaken",
-        "effect_rejected",
-    ] {
-        db.exec(&audit_insert(kind, decision)).await;
+}
+
+/// The purge's way of deleting one SQLite audit row: through the gate.
+async fn purge_audit_row(db: &TestDb, id: i64) {
+    db.exec(&format!(
+        "INSERT INTO oncegate_purge_gate (open) VALUES (1); DELETE FROM audit_log WHERE id = {id}; \
+         DELETE FROM oncegate_purge_gate;"
+    ))
+    .await;
+}
+
+/// SQLite: the indexes and triggers on `audit_log` (`type:name`, and their
+/// SQL), in name order; empty on Postgres.
+async fn sqlite_audit_log_objects(db: &TestDb) -> Vec<(String, String)> {
+    if db.kind != Kind::Sqlite {
+        return Vec::new();
     }
-    let err = db.try_exec(&audit_insert(kind, "bogus")).await.unwrap_err();
-    assert!(err.to_lowercase().contains("check"), "{err}");
-    let next = db
-        .scalar("SELECT min(id) FROM audit_log WHERE decision = 'redriven'")
-        .await;
-    match kind {
-        Kind::Sqlite => assert_eq!(next, 5, "ids continue after the counter, never reusing one"),
-        // An identity value is spent even by the refused insert above.
-        Kind::Postgres => assert!(next > 4, "{next}"),
-    }
-    for change in ["UPDATE audit_log SET instance = 'x'", "DELETE FROM audit_log"] {
-        let err = db.try_exec(change).await.unwrap_err();
-        assert!(err.contains("append-only"), "{change}: {err}");
-    }
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let objects: Vec<(String, String)> = sqlx::query_as(
+        "SELECT type || ':' || name, sql FROM sqlite_master \
+         WHERE tbl_name = 'audit_log' AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    objects
 }
 
 /// The operator commands need nothing beyond the application role's grants

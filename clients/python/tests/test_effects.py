@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from oncegate import Acquired, Completed, InvalidSubmission, KeyReused, LeaseLost, Tier
+from conftest import start_sidecar
+from oncegate import Acquired, Completed, InvalidSubmission, KeyReused, LeaseLost, Tier, TooLarge
 
 pytestmark = pytest.mark.sidecar
+
+MIB = 1024 * 1024
 
 
 class Bank:
@@ -87,3 +90,38 @@ def test_plain_calls_fencing_and_refusals(gate, unique):
     gate.release("ledger-y", key, other.lease_token)
     with pytest.raises(InvalidSubmission, match="namespace"):
         gate.begin("Not Valid", key, b"req")
+
+
+def test_oversized_request_and_response_are_too_large_and_not_retryable(gate, unique):
+    key = f"big-{unique}"
+    with pytest.raises(TooLarge) as info:
+        gate.begin("payments", key, b"r" * (MIB + 1))
+    err = info.value
+    assert (err.retryable, err.poison, err.code.name) == (False, True, "RESOURCE_EXHAUSTED")
+    assert err.message == f"request is {MIB + 1} bytes, the limit is {MIB} bytes"
+    begun = gate.begin("payments", key, b"r" * MIB)
+    assert isinstance(begun, Acquired) and begun.attempt == 1, "exactly 1 MiB; nothing written before"
+    with pytest.raises(TooLarge, match="response is"):
+        gate.complete("payments", key, begun.lease_token, b"x" * (MIB + 1))
+    assert gate.complete("payments", key, begun.lease_token, b"x" * MIB), "the lease still holds"
+    other = f"big-result-{unique}"
+    with pytest.raises(TooLarge, match="response is"):
+        with gate.effect("payments", other, b"r", lease_ttl=0.5) as fx:
+            fx.result = b"x" * (MIB + 1)
+    with gate.effect("payments", other, b"r", timeout=10) as fx:
+        assert fx.acquired and fx.attempt == 2, "not completed: the lease was left to expire"
+        fx.result = b"ok"
+
+
+def test_a_message_over_the_sidecars_limit_is_too_large(oncegate_bin, make_gate, tmp_path, unique):
+    limits = {"ONCEGATE_MAX_MESSAGE_BYTES": "65536", "ONCEGATE_MAX_PAYLOAD_BYTES": "16384"}
+    sc = start_sidecar(oncegate_bin, tmp_path / "small", limits)
+    try:
+        with make_gate(sc.target, timeout=10) as small:
+            with pytest.raises(TooLarge) as info:
+                small.begin("payments", f"whole-{unique}", b"r" * 100_000)
+            assert info.value.retryable is False and "too large" in info.value.message
+            begun = small.begin("payments", f"whole-{unique}", b"r")
+            assert isinstance(begun, Acquired) and begun.attempt == 1
+    finally:
+        sc.stop()

@@ -16,9 +16,11 @@ from oncegate import (
     KeyReused,
     ResourceExhausted,
     Retryable,
+    TooLarge,
     Unavailable,
     error_for_status,
 )
+from oncegate.errors import effect_error
 
 TABLE = [
     (grpc.StatusCode.INVALID_ARGUMENT, InvalidSubmission, False),
@@ -51,6 +53,30 @@ def test_mapping(code, cls, retryable):
 def test_poison_only_for_message_errors():
     assert InvalidSubmission.poison and KeyReused.poison
     assert not Unavailable.poison and not GateError.poison
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "request is 1048577 bytes, the limit is 1048576 bytes",
+        "Error, decoded message length too large: found 100012 bytes, the limit is: 65536 bytes",
+        "Sent message larger than max (1048600 vs. 1048576)",
+    ],
+)
+def test_an_effect_calls_size_refusal_is_too_large(message):
+    err = effect_error(error_for_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message))
+    assert type(err) is TooLarge and err.message == message
+    assert (err.retryable, err.poison) == (False, True)
+    assert not isinstance(err, Retryable)
+
+
+def test_an_effect_call_over_the_in_flight_limit_stays_retryable():
+    busy = error_for_status(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, "more than 4096 requests in flight; retry with backoff"
+    )
+    assert effect_error(busy) is busy and busy.retryable
+    other = error_for_status(grpc.StatusCode.INVALID_ARGUMENT, "request is required")
+    assert effect_error(other) is other
 
 
 def test_unreachable_sidecar_is_unavailable_and_retryable(make_gate):

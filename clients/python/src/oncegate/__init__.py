@@ -24,6 +24,7 @@ from .errors import (
     LeaseLost,
     ResourceExhausted,
     Retryable,
+    TooLarge,
     Unavailable,
     error_for_status,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Retryable",
     "Unavailable",
     "ResourceExhausted",
+    "TooLarge",
     "DeadlineExceeded",
     "derive_idempotency_key",
     "error_for_status",

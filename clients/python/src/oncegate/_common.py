@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
 
 from . import _stubs
-from .errors import GateError, error_for_status
+from .errors import GateError, TooLarge, error_for_status
 from .key import Payload, payload_bytes
 from .types import Acquired, Completed, Decision, Disbursement, Outcome, ServingStatus, Submission, Tier
 
@@ -192,9 +192,29 @@ def serving_status(response) -> ServingStatus:
 # -- effects (DESIGN §9) ---------------------------------------------------------
 
 
+#: Largest effect ``request`` and ``response`` (DESIGN §9). The sidecar
+#: refuses more with RESOURCE_EXHAUSTED; checked here before sending, as
+#: ``TooLarge``, because no retry can succeed.
+EFFECT_MAX_BYTES = 1024 * 1024
+
+
+def effect_bytes(field: str, value: Payload) -> bytes:
+    """``value`` as bytes; ``TooLarge`` (naming ``field`` and both sizes, as
+    the sidecar does) over :data:`EFFECT_MAX_BYTES`."""
+    data = payload_bytes(value)
+    if len(data) > EFFECT_MAX_BYTES:
+        raise TooLarge(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{field} is {len(data)} bytes, the limit is {EFFECT_MAX_BYTES} bytes",
+        )
+    return data
+
+
 def begin_request(namespace: str, idempotency_key: str, request: Payload, lease_ttl: float | None):
     fields: dict[str, Any] = dict(
-        namespace=namespace, idempotency_key=idempotency_key, request=payload_bytes(request)
+        namespace=namespace,
+        idempotency_key=idempotency_key,
+        request=effect_bytes("request", request),
     )
     if lease_ttl is not None:
         ttl = duration_pb2.Duration()
@@ -223,7 +243,7 @@ def complete_request(namespace: str, idempotency_key: str, lease_token: str, res
         namespace=namespace,
         idempotency_key=idempotency_key,
         lease_token=lease_token,
-        response=payload_bytes(response),
+        response=effect_bytes("response", response),
     )
 
 
@@ -238,7 +258,8 @@ class Effect:
 
     ``acquired``: this block holds the lease and must perform the effect and
     set ``result`` (the provider's response, bytes or str); on leaving the
-    block it is committed with ``Complete``. An exception in the block
+    block it is committed with ``Complete`` (a result over 1 MiB raises
+    ``TooLarge`` instead and leaves the lease to expire). An exception in the block
     releases the lease (the effect is taken not to have happened) and
     propagates. Not ``acquired``: the effect was done before; ``response``
     is its stored response and the block should do nothing.
@@ -281,8 +302,11 @@ def effect_exit(fx: Effect, exc: BaseException | None):
             "the effect block held the lease but set no result: set fx.result to the provider's "
             "response (the lease is left to expire; the next attempt will ask the provider)"
         )
-    fx.response = payload_bytes(fx.result)
-    return "complete", complete_request(fx.namespace, fx.idempotency_key, fx.lease_token, fx.response)
+    # Over 1 MiB: TooLarge here, and (the effect having happened) the lease
+    # is left to expire.
+    request = complete_request(fx.namespace, fx.idempotency_key, fx.lease_token, fx.result)
+    fx.response = request.response
+    return "complete", request
 
 
 # -- grpc.health.v1 messages ----------------------------------------------------

@@ -35,7 +35,9 @@ from .errors import (
     LeaseLost,
     ResourceExhausted,
     Retryable,
+    TooLarge,
     Unavailable,
+    effect_error,
     from_rpc_error,
 )
 from .key import Payload
@@ -61,6 +63,7 @@ __all__ = [
     "Retryable",
     "Unavailable",
     "ResourceExhausted",
+    "TooLarge",
     "DeadlineExceeded",
 ]
 
@@ -125,7 +128,7 @@ class Gate(_common.GateBase):
         """``Effects.Begin``: the lease (Acquired) or the stored response
         (Completed). Waits, up to ``timeout``, for a lease held elsewhere."""
         req = _common.begin_request(namespace, idempotency_key, request, lease_ttl)
-        return _common.begin_result(await self._call(self._effects.Begin, req, timeout))
+        return _common.begin_result(await self._effect_call(self._effects.Begin, req, timeout))
 
     async def complete(
         self,
@@ -139,7 +142,7 @@ class Gate(_common.GateBase):
         """``Effects.Complete``: commits the response; returns completed_at.
         Raises LeaseLost when the token's lease was taken over."""
         req = _common.complete_request(namespace, idempotency_key, lease_token, response)
-        return (await self._call(self._effects.Complete, req, timeout)).completed_at
+        return (await self._effect_call(self._effects.Complete, req, timeout)).completed_at
 
     async def release(
         self,
@@ -152,7 +155,7 @@ class Gate(_common.GateBase):
     ) -> None:
         """``Effects.Release``: the effect certainly did not happen."""
         req = _common.release_request(namespace, idempotency_key, lease_token, reason)
-        await self._call(self._effects.Release, req, timeout)
+        await self._effect_call(self._effects.Release, req, timeout)
 
     @contextlib.asynccontextmanager
     async def effect(
@@ -186,9 +189,9 @@ class Gate(_common.GateBase):
         kind, req = action
         try:
             if kind == "complete":
-                fx.completed_at = (await self._call(self._effects.Complete, req, timeout)).completed_at
+                fx.completed_at = (await self._effect_call(self._effects.Complete, req, timeout)).completed_at
             else:
-                await self._call(self._effects.Release, req, timeout)
+                await self._effect_call(self._effects.Release, req, timeout)
         except GateError as failed:
             if exc is None:
                 raise
@@ -201,6 +204,12 @@ class Gate(_common.GateBase):
             return await method(request, timeout=self._deadline(timeout))
         except grpc.RpcError as exc:  # grpc.aio.AioRpcError
             raise from_rpc_error(exc) from exc
+
+    async def _effect_call(self, method, request, timeout: float | None):
+        try:
+            return await self._call(method, request, timeout)
+        except ResourceExhausted as exc:
+            raise effect_error(exc) from exc.__cause__
 
     async def close(self) -> None:
         if self._owns_channel:

@@ -13,7 +13,7 @@ import grpc
 
 from . import _common
 from ._common import DEFAULT_TARGET, DEFAULT_TIMEOUT, BatchItem, Effect
-from .errors import GateError, from_rpc_error
+from .errors import GateError, ResourceExhausted, effect_error, from_rpc_error
 from .key import Payload
 from .types import Acquired, Completed, Decision, ServingStatus
 
@@ -94,7 +94,7 @@ class Gate(_common.GateBase):
         """``Effects.Begin``: the lease (Acquired) or the stored response
         (Completed). Waits, up to ``timeout``, for a lease held elsewhere."""
         req = _common.begin_request(namespace, idempotency_key, request, lease_ttl)
-        return _common.begin_result(self._call(self._effects.Begin, req, timeout))
+        return _common.begin_result(self._effect_call(self._effects.Begin, req, timeout))
 
     def complete(
         self,
@@ -108,7 +108,7 @@ class Gate(_common.GateBase):
         """``Effects.Complete``: commits the response; returns completed_at.
         Raises LeaseLost when the token's lease was taken over."""
         req = _common.complete_request(namespace, idempotency_key, lease_token, response)
-        return self._call(self._effects.Complete, req, timeout).completed_at
+        return self._effect_call(self._effects.Complete, req, timeout).completed_at
 
     def release(
         self,
@@ -121,7 +121,7 @@ class Gate(_common.GateBase):
     ) -> None:
         """``Effects.Release``: the effect certainly did not happen."""
         req = _common.release_request(namespace, idempotency_key, lease_token, reason)
-        self._call(self._effects.Release, req, timeout)
+        self._effect_call(self._effects.Release, req, timeout)
 
     @contextlib.contextmanager
     def effect(
@@ -155,9 +155,9 @@ class Gate(_common.GateBase):
         kind, req = action
         try:
             if kind == "complete":
-                fx.completed_at = self._call(self._effects.Complete, req, timeout).completed_at
+                fx.completed_at = self._effect_call(self._effects.Complete, req, timeout).completed_at
             else:
-                self._call(self._effects.Release, req, timeout)
+                self._effect_call(self._effects.Release, req, timeout)
         except GateError as failed:
             if exc is None:
                 raise
@@ -170,6 +170,13 @@ class Gate(_common.GateBase):
             return method(request, timeout=self._deadline(timeout))
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
+
+    def _effect_call(self, method, request, timeout: float | None):
+        """``_call`` for ``oncegate.v1.Effects``: a size refusal is ``TooLarge``."""
+        try:
+            return self._call(method, request, timeout)
+        except ResourceExhausted as exc:
+            raise effect_error(exc) from exc.__cause__
 
     def close(self) -> None:
         if self._owns_channel:

@@ -9,6 +9,7 @@ dead-letter the message (and then ack it).
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import grpc
@@ -67,6 +68,15 @@ class ResourceExhausted(Retryable):
     """RESOURCE_EXHAUSTED: over the in-flight or size limit; back off."""
 
 
+class TooLarge(GateError):
+    """RESOURCE_EXHAUSTED over a size limit of an effect call: its ``request``
+    or ``response`` is over 1 MiB (checked before sending), or the whole
+    message is over the sidecar's message limit. No retry fixes it: dead-letter.
+    (An effect call over the in-flight limit stays ``ResourceExhausted``.)"""
+
+    poison = True
+
+
 class DeadlineExceeded(Retryable):
     """DEADLINE_EXCEEDED: the call's deadline passed; the outcome is resolved by
     the next Submit of the same delivery."""
@@ -95,6 +105,20 @@ def error_for_status(code: grpc.StatusCode | int, message: str) -> GateError:
     if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("lease lost"):
         return LeaseLost(code, message)
     return _BY_CODE.get(code, GateError)(code, message)
+
+
+# A size in the message: the sidecar's "request is N bytes, the limit is M
+# bytes", tonic's "found N bytes, the limit is: M bytes" (the message limit),
+# grpc's "... larger than max (N vs. M)".
+_SIZE_MESSAGE = re.compile(r"bytes, the limit is|larger than max")
+
+
+def effect_error(err: GateError) -> GateError:
+    """An effect call's error: ``TooLarge`` for RESOURCE_EXHAUSTED about a
+    size (the same call can never succeed), ``err`` otherwise."""
+    if type(err) is ResourceExhausted and _SIZE_MESSAGE.search(err.message):
+        return TooLarge(err.code, err.message)
+    return err
 
 
 def from_rpc_error(error: grpc.RpcError) -> GateError:
