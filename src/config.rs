@@ -198,10 +198,12 @@ pub struct ServeArgs {
     /// How long a group-commit worker lingers for more deliveries.
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_MAX_WAIT", default_value = "0ms", value_parser = humantime::parse_duration)]
     pub group_commit_max_wait: Duration,
-    /// Concurrent group-commit transactions. Two: concurrent batches lock
-    /// overlapping award balances and queue behind each other's commit, so
-    /// more workers only make smaller batches and more commits (measured in
-    /// docs/BENCHMARKS.md).
+    /// Group-commit workers. They take turns (one batch transaction at a
+    /// time, so batches stay large: concurrent batches lock overlapping award
+    /// balances and queue behind each other's commit anyway); a worker runs
+    /// beside the one before it only once that one has been stuck for 20 ms
+    /// (a row lock), so this many batches can be stuck at once before the
+    /// instance stalls (docs/BENCHMARKS.md).
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_WORKERS", default_value_t = 2)]
     pub group_commit_workers: usize,
 
