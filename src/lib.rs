@@ -61,6 +61,7 @@ pub mod error;
 pub mod gate;
 pub mod group_commit;
 pub mod key;
+pub mod log_writer;
 pub mod metrics;
 pub mod reconcile;
 pub mod redis_tier;

@@ -4,7 +4,15 @@ use clap::Parser;
 use oncegate::cli::Cli;
 use oncegate::config::LogFormat;
 use oncegate::error::{ConfigError, EXIT_CONFIG};
+use oncegate::log_writer;
 use std::process::ExitCode;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+/// mimalloc instead of the system allocator: the request path allocates and
+/// frees small buffers on both runtime threads, where glibc's malloc cost a
+/// tenth of the sidecar's CPU per claim (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -50,12 +58,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr through a non-blocking writer (a decision's log line never
-/// waits on the terminal); JSON in production.
-fn init_tracing(format: LogFormat, default_level: &str) -> tracing_appender::non_blocking::WorkerGuard {
+/// Logs to stderr through [`log_writer`] (a decision's log line never waits
+/// on the terminal, nor wakes a thread); JSON in production.
+fn init_tracing(format: LogFormat, default_level: &str) -> Option<log_writer::Guard> {
     use tracing_subscriber::EnvFilter;
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let (writer, guard) = match log_writer::spawn(std::io::stderr()) {
+        Ok((writer, guard)) => (BoxMakeWriter::new(writer), Some(guard)),
+        Err(e) => {
+            eprintln!("warning: no log writer thread ({e}); logging to stderr directly");
+            (BoxMakeWriter::new(std::io::stderr), None)
+        }
+    };
     // Colour only for a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
