@@ -8,12 +8,6 @@ use oncegate::log_writer;
 use std::process::ExitCode;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
-/// mimalloc instead of the system allocator: the request path allocates and
-/// frees small buffers on both runtime threads, where glibc's malloc cost a
-/// tenth of the sidecar's CPU per claim (docs/BENCHMARKS.md).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
