@@ -145,6 +145,14 @@ impl Gate {
         }
         metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "miss")
             .increment(1);
+        // Boxed: the L2 and store round trips make a future of several KiB,
+        // which every layer above (the deadline task, the gRPC handler)
+        // would otherwise carry and copy even for an L1 hit.
+        Box::pin(self.decide_below_l1(s)).await
+    }
+
+    /// L2, then the store.
+    async fn decide_below_l1(&self, s: &Submission) -> Result<Answer, GateError> {
         let lease = match &self.l2 {
             Some(l2) => match l2.lease(&s.key).await {
                 Lease::Found(r) => {
