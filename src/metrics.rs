@@ -88,6 +88,14 @@ fn describe() {
         "Batches retried item by item"
     );
     describe_counter!(
+        "oncegate_group_commit_turn_timeouts_total",
+        "Batches started beside one that had held the turn for 20 ms (stuck, e.g. behind a row lock)"
+    );
+    describe_counter!(
+        "oncegate_log_lines_dropped_total",
+        "Log lines dropped because stderr did not keep up"
+    );
+    describe_counter!(
         "oncegate_late_redeliveries_total",
         "Redeliveries of purged claims caught by the ledger key"
     );
