@@ -614,6 +614,20 @@ impl Sidecar {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The log once it contains `needle`, or as it is after `within`: the
+    /// sidecar's log writer flushes every few milliseconds, so a line can
+    /// reach the file just after the event it reports is visible elsewhere.
+    pub async fn log_containing(&self, needle: &str, within: Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let text = self.log_text();
+            if text.contains(needle) || std::time::Instant::now() >= deadline {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 /// A plain Redis client for test setup and inspection.

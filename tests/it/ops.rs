@@ -871,7 +871,13 @@ async fn serve_exports_the_reconciliation_gauges(kind: Kind) {
     let m = sidecar.metrics().await;
     assert!(flagged, "{m}");
     assert_eq!(gauge(&m, "broker"), None, "no broker, no broker gauge");
-    assert!(sidecar.log_text().contains("reconciliation found mismatches"));
+    let needle = "reconciliation found mismatches";
+    assert!(
+        sidecar
+            .log_containing(needle, Duration::from_secs(5))
+            .await
+            .contains(needle)
+    );
     assert!(sidecar.terminate().await.success());
 }
 

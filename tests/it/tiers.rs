@@ -167,6 +167,12 @@ async fn redis_down_opens_the_breaker_and_serving_continues_then_resumes() {
         "breaker open:\n{m}"
     );
     assert!(metric(&m, "oncegate_redis_breaker_transitions_total{to=\"open\"}").unwrap_or(0.0) >= 1.0);
+    sidecar
+        .log_containing("circuit open", Duration::from_secs(5))
+        .await;
+    // Every request above has been answered: any line of theirs is written
+    // within the log writer's flush interval.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let log = sidecar.log_text();
     assert_eq!(
         log.matches("circuit open").count(),
