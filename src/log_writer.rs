@@ -122,6 +122,9 @@ fn write_until_stopped<W: Write>(shared: &Shared, mut out: W) {
         // Nothing else is there to report a failing stderr to.
         let _ = out.write_all(&batch).and_then(|()| out.flush());
         batch.clear();
+        // The two buffers take turns; after a stall filled one towards CAP,
+        // give the memory back instead of keeping it for good.
+        batch.shrink_to(HIGH_WATER);
         if stop {
             return;
         }
@@ -235,6 +238,21 @@ mod tests {
             writer.make_writer().write_all(&line).unwrap();
         }
         barrier.wait();
+        let written = |needle: &'static [u8]| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !sink.0.lock().unwrap().windows(needle.len()).any(|w| w == needle) {
+                assert!(std::time::Instant::now() < deadline, "not written in time");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        written(b"log lines dropped");
+        writer.make_writer().write_all(b"after\n").unwrap();
+        written(b"after\n");
+        // The buffer that held the stalled lines is the one filling now.
+        assert!(
+            writer.shared.lock().buf.capacity() <= HIGH_WATER,
+            "the stall's memory was given back"
+        );
         drop(guard);
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         assert!(text.contains("log lines dropped"), "the drop is reported");
