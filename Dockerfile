@@ -14,7 +14,7 @@ WORKDIR /src
 COPY . .
 # Cargo.lock is the contract (--locked); the caches only speed up rebuilds.
 # No protoc needed (build.rs uses protox); the bundled SQLite and ring build
-# with the image's C compiler.
+# with the image's C compiler, jemalloc with its make.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
