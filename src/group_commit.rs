@@ -21,7 +21,7 @@
 //! (serialization failure, deadlock) is retried here, a few times.
 
 use crate::error::StoreError;
-use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Store};
+use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, OpenClaim, Store};
 use crate::submission::Submission;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -173,25 +173,30 @@ async fn worker(
     settings: GroupCommitSettings,
 ) {
     loop {
-        // Next in line (holding the queue), then our turn, then the batch.
+        // Next in line (holding the queue) with a first job; then our turn,
+        // beginning the transaction meanwhile; then the rest of the batch.
         let mut queue = rx.lock().await;
-        let ours = turn.wait().await;
-        let Some(jobs) = next_batch(&mut queue, settings).await else {
+        let Some(first) = queue.recv().await else {
             return;
         };
+        let (open, ours) = tokio::join!(store.begin_claim(), turn.wait());
+        let jobs = next_batch(first, &mut queue, settings).await;
         drop(queue);
         metrics::histogram!("oncegate_group_commit_batch_size").record(jobs.len() as f64);
-        run_batch(&*store, &ctx, jobs, ours).await;
+        // A failed early BEGIN is not the batch's answer: the batch begins
+        // its own transaction and reports what that finds.
+        run_batch(&*store, &ctx, jobs, ours, open.ok().flatten()).await;
     }
 }
 
-/// Waits for one job, then takes what else is queued. `None` once the queue
-/// is closed and empty.
+/// After the first job, takes what else is queued (lingering `max_wait` if
+/// set).
 async fn next_batch(
+    first: (Submission, Reply),
     rx: &mut mpsc::Receiver<(Submission, Reply)>,
     settings: GroupCommitSettings,
-) -> Option<Vec<(Submission, Reply)>> {
-    let mut jobs = vec![rx.recv().await?];
+) -> Vec<(Submission, Reply)> {
+    let mut jobs = vec![first];
     while jobs.len() < settings.max_batch {
         match rx.try_recv() {
             Ok(job) => jobs.push(job),
@@ -207,7 +212,7 @@ async fn next_batch(
             }
         }
     }
-    Some(jobs)
+    jobs
 }
 
 /// Runs one batch, passing the turn on once its transaction has ended
@@ -217,9 +222,11 @@ async fn run_batch(
     ctx: &ClaimContext,
     jobs: Vec<(Submission, Reply)>,
     turn: Option<OwnedSemaphorePermit>,
+    open: Option<OpenClaim>,
 ) {
     let (items, replies): (Vec<Submission>, Vec<Reply>) = jobs.into_iter().unzip();
-    let result = claim_batch(store, &items, ctx).await;
+    let batch = ClaimBatch::new(&items);
+    let result = claim_with_retry(store, &batch, ctx, open).await;
     drop(turn);
     match result {
         Ok(outcomes) => {
@@ -275,17 +282,23 @@ pub async fn claim_batch(
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let batch = ClaimBatch::new(items);
-    claim_with_retry(store, &batch, ctx).await
+    claim_with_retry(store, &batch, ctx, None).await
 }
 
+/// The first attempt in `open` if given; any retry in a new transaction.
 async fn claim_with_retry(
     store: &dyn Store,
     batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
+    mut open: Option<OpenClaim>,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let mut attempt = 0;
     loop {
-        match store.claim_batch(batch, ctx).await {
+        let tried = match open.take() {
+            Some(open) => store.claim_batch_in(open, batch, ctx).await,
+            None => store.claim_batch(batch, ctx).await,
+        };
+        match tried {
             Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {
                 attempt += 1;
                 metrics::counter!("oncegate_db_transactions_total", "result" => "retry").increment(1);

@@ -472,6 +472,11 @@ pub trait HeldLock: Send {
 }
 
 /// The authoritative store.
+/// A claim transaction begun by [`Store::begin_claim`], holding what that
+/// store needs (for Postgres, its open transaction). Dropped unused, the
+/// transaction rolls back.
+pub struct OpenClaim(pub Box<dyn std::any::Any + Send>);
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
@@ -490,6 +495,25 @@ pub trait Store: Send + Sync + 'static {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Begins a claim transaction before its batch is known, so that group
+    /// commit can take the `BEGIN` round trip while it waits for its turn.
+    /// `None` where that gains nothing (the default).
+    async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
+        Ok(None)
+    }
+
+    /// [`claim_batch`](Store::claim_batch) in a transaction from
+    /// [`begin_claim`](Store::begin_claim).
+    async fn claim_batch_in(
+        &self,
+        open: OpenClaim,
+        batch: &ClaimBatch<'_>,
+        ctx: &ClaimContext,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        drop(open);
+        self.claim_batch(batch, ctx).await
+    }
 
     /// Re-creates purged claim rows from the ledger (late redeliveries).
     async fn restore_claims(&self, keys: &[String]) -> Result<(), StoreError>;

@@ -154,6 +154,22 @@ impl PostgresStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// Claims `batch` in `tx` and commits; wakes the relay if a claim went in.
+    async fn claim_in(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        batch: &ClaimBatch<'_>,
+        ctx: &ClaimContext,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
+        tx.commit().await?;
+        if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
+            self.outbox_written.notify_one();
+            self.notifier.poke(&self.pool);
+        }
+        Ok(outcomes)
+    }
 }
 
 fn stored_from_row(row: &sqlx::postgres::PgRow) -> Result<StoredResult, sqlx::Error> {
@@ -219,14 +235,24 @@ impl Store for PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
-        tx.commit().await?;
-        if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
-            self.outbox_written.notify_one();
-            self.notifier.poke(&self.pool);
+        let tx = self.pool.begin().await?;
+        self.claim_in(tx, batch, ctx).await
+    }
+
+    async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
+        Ok(Some(OpenClaim(Box::new(self.pool.begin().await?))))
+    }
+
+    async fn claim_batch_in(
+        &self,
+        open: OpenClaim,
+        batch: &ClaimBatch<'_>,
+        ctx: &ClaimContext,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        match open.0.downcast::<Transaction<'static, Postgres>>() {
+            Ok(tx) => self.claim_in(*tx, batch, ctx).await,
+            Err(_) => self.claim_batch(batch, ctx).await,
         }
-        Ok(outcomes)
     }
 
     async fn restore_claims(&self, keys: &[String]) -> Result<(), StoreError> {
