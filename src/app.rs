@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::server::HealthReporter;
 
@@ -477,7 +477,7 @@ fn spawn_endpoints(
         tasks.spawn("health endpoint", async move {
             Server::builder()
                 .add_service(health_service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .serve_with_incoming_shutdown(incoming(listener), stop)
                 .await
                 .context("serving ONCEGATE_HEALTH_LISTEN")
         });
@@ -524,7 +524,15 @@ fn grpc_server(
         .add_service(reflection_v1alpha)
         .add_service(service)
         .add_service(effects)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.into_future()))
+        .serve_with_incoming_shutdown(incoming(listener), stop.into_future()))
+}
+
+/// Accepted connections with `TCP_NODELAY`, as tonic's own listener sets
+/// it: with Nagle's algorithm on, a response written while the previous one
+/// is unacknowledged waits for the peer's delayed ACK (~40 ms on Linux);
+/// measured at 64 clients, about 1 % of fresh claims took 40 ms more.
+pub fn incoming(listener: tokio::net::TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// tonic refuses a request over the decoding limit with `OUT_OF_RANGE`; the

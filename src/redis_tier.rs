@@ -67,6 +67,8 @@ impl RedisTier {
                 c.connection_timeout = Duration::from_millis(500).max(timeout);
                 c.internal_command_timeout = Duration::from_secs(2);
                 c.max_command_attempts = 1;
+                // As sqlx and tonic do: no Nagle delay between commands.
+                c.tcp.nodelay = Some(true);
             })
             .with_performance_config(|p| p.default_command_timeout = timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))

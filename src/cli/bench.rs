@@ -624,10 +624,7 @@ async fn serve_echo(addr: SocketAddr) -> anyhow::Result<()> {
     eprintln!("echo yardstick listening on {}", listener.local_addr()?);
     tonic::transport::Server::builder()
         .add_service(pb::gate_server::GateServer::new(Echo))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            crate::shutdown::signal(),
-        )
+        .serve_with_incoming_shutdown(crate::app::incoming(listener), crate::shutdown::signal())
         .await?;
     Ok(())
 }
