@@ -183,9 +183,9 @@ async fn worker(
         let jobs = next_batch(first, &mut queue, settings).await;
         drop(queue);
         metrics::histogram!("oncegate_group_commit_batch_size").record(jobs.len() as f64);
-        // A failed early BEGIN is not the batch's answer: the batch begins
-        // its own transaction and reports what that finds.
-        run_batch(&*store, &ctx, jobs, ours, open.ok().flatten()).await;
+        // The early BEGIN is the first attempt's: if it failed, that is the
+        // first attempt's error (retried if retryable, like any other).
+        run_batch(&*store, &ctx, jobs, ours, open).await;
     }
 }
 
@@ -222,7 +222,7 @@ async fn run_batch(
     ctx: &ClaimContext,
     jobs: Vec<(Submission, Reply)>,
     turn: Option<OwnedSemaphorePermit>,
-    open: Option<OpenClaim>,
+    open: Result<Option<OpenClaim>, StoreError>,
 ) {
     let (items, replies): (Vec<Submission>, Vec<Reply>) = jobs.into_iter().unzip();
     let batch = ClaimBatch::new(&items);
@@ -282,21 +282,24 @@ pub async fn claim_batch(
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let batch = ClaimBatch::new(items);
-    claim_with_retry(store, &batch, ctx, None).await
+    claim_with_retry(store, &batch, ctx, Ok(None)).await
 }
 
-/// The first attempt in `open` if given; any retry in a new transaction.
+/// The first attempt in the transaction `begun` early if there is one (or
+/// with its `BEGIN`'s error); any retry in a new transaction.
 async fn claim_with_retry(
     store: &dyn Store,
     batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
-    mut open: Option<OpenClaim>,
+    begun: Result<Option<OpenClaim>, StoreError>,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let mut attempt = 0;
+    let mut begun = Some(begun);
     loop {
-        let tried = match open.take() {
-            Some(open) => store.claim_batch_in(open, batch, ctx).await,
-            None => store.claim_batch(batch, ctx).await,
+        let tried = match begun.take() {
+            Some(Ok(Some(open))) => store.claim_batch_in(open, batch, ctx).await,
+            Some(Err(e)) => Err(e),
+            Some(Ok(None)) | None => store.claim_batch(batch, ctx).await,
         };
         match tried {
             Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {
