@@ -471,12 +471,12 @@ pub trait HeldLock: Send {
     async fn release(self: Box<Self>) -> Result<(), StoreError>;
 }
 
-/// The authoritative store.
 /// A claim transaction begun by [`Store::begin_claim`], holding what that
 /// store needs (for Postgres, its open transaction). Dropped unused, the
 /// transaction rolls back.
 pub struct OpenClaim(pub Box<dyn std::any::Any + Send>);
 
+/// The authoritative store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
