@@ -394,6 +394,11 @@ fn spawn_background(
             relay.run(stop).await;
             Ok(())
         });
+        let (stop, store) = (shutdown.stop_at(Phase::StopBackground), store.clone());
+        tasks.spawn("outbox gauges", async move {
+            crate::relay::report_outbox_gauges(&*store, OUTBOX_GAUGE_INTERVAL, stop).await;
+            Ok(())
+        });
     }
     if !config.purge_interval.is_zero() {
         let retention = Retention::new(store.clone(), config.retention.clone());
@@ -575,6 +580,9 @@ async fn set_serving(reporter: &HealthReporter, serving: bool) {
 }
 
 /// Pool and outbox gauges, every few seconds.
+/// How often the outbox gauges are read from the store.
+const OUTBOX_GAUGE_INTERVAL: Duration = Duration::from_secs(2);
+
 async fn report_gauges(store: &dyn Store, mut stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {

@@ -330,6 +330,7 @@ async fn run_relay(
     metrics_listen: SocketAddr,
 ) -> anyhow::Result<ExitCode> {
     let store = open_store(&store).await?;
+    let gauge_store = store.clone();
     let Some(relay) = Relay::connect(&sink, relay, store).await? else {
         bail!("ONCEGATE_RELAY_SINK is none: nothing to relay to");
     };
@@ -347,6 +348,11 @@ async fn run_relay(
     let stop = shutdown.stop_at(Phase::StopBackground);
     tasks.spawn("outbox relay", async move {
         relay.run(stop).await;
+        Ok(())
+    });
+    let stop = shutdown.stop_at(Phase::StopBackground);
+    tasks.spawn("outbox gauges", async move {
+        crate::relay::report_outbox_gauges(&*gauge_store, std::time::Duration::from_secs(2), stop).await;
         Ok(())
     });
     let failure = tokio::select! {
@@ -528,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_bad_relay_sink_is_refused_while_parsing() {
-        let err = Cli::try_parse_from(["oncegate", "serve", "--relay-sink", "kafka://broker"]).unwrap_err();
+        let err = Cli::try_parse_from(["oncegate", "serve", "--relay-sink", "sqs://broker"]).unwrap_err();
         assert!(err.to_string().contains("ONCEGATE_RELAY_SINK"), "{err}");
     }
 }

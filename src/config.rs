@@ -325,8 +325,9 @@ impl TlsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RelaySettingsArgs {
-    /// Where outbox events go: `none`, `log`, `redis://…` (Streams), `nats://…` (JetStream)
-    /// or `amqp://…` (RabbitMQ, publisher confirms).
+    /// Where outbox events go: `none`, `log`, `redis://…` (Streams), `nats://…` (JetStream),
+    /// `amqp://…` (RabbitMQ, publisher confirms) or `kafka://host:port[,host:port]`
+    /// (one Kafka transaction per batch).
     #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
     pub relay_sink: SinkSpec,
     /// Redis stream key, JetStream stream name, or AMQP exchange (durable, topic;
@@ -354,6 +355,10 @@ pub struct RelaySettingsArgs {
     /// Failed publishes before an event is quarantined.
     #[arg(long, env = "ONCEGATE_RELAY_MAX_ATTEMPTS", default_value_t = 10)]
     pub relay_max_attempts: i32,
+    /// Kafka `transactional.id` of this relay (default `oncegate-relay-<instance id>`): unique
+    /// per instance and stable across its restarts, so a restart settles and fences its past.
+    #[arg(long, env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID")]
+    pub relay_kafka_transactional_id: Option<String>,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -369,6 +374,11 @@ impl RelaySettingsArgs {
             connection_name: format!("oncegate-relay {owner}"),
             subject: self.relay_subject.clone(),
             stream_maxlen: self.relay_stream_maxlen,
+            transactional_id: self
+                .relay_kafka_transactional_id
+                .clone()
+                .unwrap_or_else(|| format!("oncegate-relay-{owner}")),
+            lease: self.relay_lease,
         }
     }
 
@@ -527,12 +537,18 @@ pub struct BrokerArgs {
 impl BrokerArgs {
     /// The sink to read back; `None` for `none` and `log`.
     pub fn sink(&self) -> Option<SinkSettings> {
-        matches!(self.sink, SinkSpec::Redis(_) | SinkSpec::Nats(_)).then(|| SinkSettings {
+        matches!(
+            self.sink,
+            SinkSpec::Redis(_) | SinkSpec::Nats(_) | SinkSpec::Kafka(_)
+        )
+        .then(|| SinkSettings {
             spec: self.sink.clone(),
             stream: self.stream.clone(),
             connection_name: "oncegate-reconcile".into(),
             subject: String::new(),
             stream_maxlen: self.stream_maxlen,
+            transactional_id: String::new(),
+            lease: Duration::from_secs(30),
         })
     }
 }

@@ -28,6 +28,7 @@
 pub mod broker;
 mod compare;
 pub mod jetstream;
+pub mod kafka;
 pub mod redis_stream;
 mod report;
 

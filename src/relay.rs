@@ -17,8 +17,19 @@
 //!   relay pauses with a growing backoff (breaker state
 //!   `oncegate_relay_breaker_state`, one log line per transition) and
 //!   resumes by itself, in per-award order, when the broker answers again.
+//!
+//! A broker that is down when the sidecar starts is the same outage: the
+//! sink connects (and declares its stream, exchange or transactional id)
+//! inside the relay loop, with the relay paused and claims served meanwhile,
+//! and again after any connection it had is lost.
+//!
+//! A transactional sink (Kafka) publishes a whole batch in one broker
+//! transaction together with its high-water mark, and on (re)connecting
+//! reports what its last committed transaction carried ([`Sink::settled`]),
+//! which the relay marks published without publishing it again.
 
 pub mod amqp;
+pub mod kafka;
 pub mod log;
 pub mod nats;
 pub mod redis_stream;
@@ -38,6 +49,46 @@ pub trait Sink: Send + Sync {
     fn name(&self) -> &'static str;
     /// Publishes one event; `Ok` only once the broker has it.
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError>;
+
+    /// Makes sure the sink is connected and its declarations made; `Ok(true)`
+    /// when this call (re)established the connection. Called before every
+    /// step, so it must be cheap once connected.
+    async fn connect(&self) -> Result<bool, PublishError> {
+        Ok(false)
+    }
+
+    /// True for a sink that publishes a batch atomically
+    /// ([`Sink::publish_transaction`]) instead of event by event.
+    fn transactional(&self) -> bool {
+        false
+    }
+
+    /// Publishes `events` in one broker transaction: all of them, or none.
+    async fn publish_transaction(&self, _events: &[&OutboxEvent]) -> Result<(), TransactionFailure> {
+        Err(TransactionFailure {
+            index: None,
+            error: PublishError::Unavailable(format!("the {} sink is not transactional", self.name())),
+        })
+    }
+
+    /// Events a committed transaction carried that may not be marked
+    /// published yet (known from the broker after a (re)connect, or from an
+    /// earlier step whose mark failed): the relay marks them without
+    /// publishing them again.
+    fn settled(&self) -> Vec<uuid::Uuid> {
+        Vec::new()
+    }
+
+    /// The relay marked these events published.
+    fn marked(&self, _ids: &[uuid::Uuid]) {}
+}
+
+/// Why a transaction was not committed: `index` names the event the broker
+/// refused, when one did (the transaction was aborted, nothing published).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionFailure {
+    pub index: Option<usize>,
+    pub error: PublishError,
 }
 
 /// Why a publish failed: the sink decides, because only it knows its
@@ -67,6 +118,8 @@ pub enum SinkSpec {
     Redis(String),
     Nats(String),
     Amqp(String),
+    /// `kafka://host:port[,host:port…]`.
+    Kafka(String),
 }
 
 impl SinkSpec {
@@ -77,8 +130,12 @@ impl SinkSpec {
             u if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(Self::Redis(u.into())),
             u if u.starts_with("nats://") || u.starts_with("tls://") => Ok(Self::Nats(u.into())),
             u if u.starts_with("amqp://") || u.starts_with("amqps://") => Ok(Self::Amqp(u.into())),
+            u if u.starts_with("kafka://") => {
+                kafka::bootstrap_servers(u)?;
+                Ok(Self::Kafka(u.into()))
+            }
             other => Err(format!(
-                "ONCEGATE_RELAY_SINK must be none, log, redis://…, nats://… or amqp://…, got {:?}",
+                "ONCEGATE_RELAY_SINK must be none, log, redis://…, nats://…, amqp://… or kafka://…, got {:?}",
                 mask_url(other)
             )),
         }
@@ -91,7 +148,9 @@ impl std::fmt::Display for SinkSpec {
         match self {
             Self::None => f.write_str("none"),
             Self::Log => f.write_str("log"),
-            Self::Redis(url) | Self::Nats(url) | Self::Amqp(url) => f.write_str(&mask_url(url)),
+            Self::Redis(url) | Self::Nats(url) | Self::Amqp(url) | Self::Kafka(url) => {
+                f.write_str(&mask_url(url))
+            }
         }
     }
 }
@@ -108,24 +167,52 @@ pub struct SinkSettings {
     pub subject: String,
     /// Approximate Redis stream cap (`XADD MAXLEN ~`).
     pub stream_maxlen: u64,
+    /// Kafka `transactional.id`.
+    pub transactional_id: String,
+    /// The relay's lease: a Kafka transaction must end well within it.
+    pub lease: Duration,
 }
 
 impl SinkSettings {
-    /// Connects the sink (`None` for `none`).
-    pub async fn connect(&self) -> anyhow::Result<Option<Arc<dyn Sink>>> {
+    /// Builds the sink (`None` for `none`) without reaching the broker: the
+    /// relay connects it. Fails only on a setting no retry can fix (a URL
+    /// that does not parse).
+    pub fn build(&self) -> anyhow::Result<Option<Arc<dyn Sink>>> {
         Ok(match &self.spec {
             SinkSpec::None => None,
             SinkSpec::Log => Some(Arc::new(log::LogSink)),
-            SinkSpec::Redis(url) => Some(Arc::new(
-                redis_stream::RedisStreamSink::connect(url, &self.stream, self.stream_maxlen).await?,
-            )),
-            SinkSpec::Nats(url) => Some(Arc::new(
-                nats::JetStreamSink::connect(url, &self.stream, &self.subject).await?,
-            )),
-            SinkSpec::Amqp(url) => Some(Arc::new(
-                amqp::AmqpSink::connect(url, &self.stream, &self.connection_name).await?,
-            )),
+            SinkSpec::Redis(url) => Some(Arc::new(redis_stream::RedisStreamSink::new(
+                url,
+                &self.stream,
+                self.stream_maxlen,
+            )?)),
+            SinkSpec::Nats(url) => Some(Arc::new(nats::JetStreamSink::new(
+                url,
+                &self.stream,
+                &self.subject,
+            )?)),
+            SinkSpec::Amqp(url) => Some(Arc::new(amqp::AmqpSink::new(
+                url,
+                &self.stream,
+                &self.connection_name,
+            )?)),
+            SinkSpec::Kafka(url) => Some(Arc::new(kafka::KafkaSink::new(
+                url,
+                &self.stream,
+                &self.transactional_id,
+                self.lease,
+            )?)),
         })
+    }
+
+    /// Builds the sink and connects it once, failing if the broker does
+    /// not answer (for tools that need the broker now).
+    pub async fn connect(&self) -> anyhow::Result<Option<Arc<dyn Sink>>> {
+        let sink = self.build()?;
+        if let Some(sink) = &sink {
+            sink.connect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(sink)
     }
 }
 
@@ -151,6 +238,8 @@ pub struct StepReport {
     pub quarantined: usize,
     /// Events held back because the broker was unreachable (no attempt spent).
     pub deferred: usize,
+    /// The sink could not connect: nothing was leased.
+    pub unconnected: bool,
 }
 
 /// The relay's view of its broker: reachable, or paused by an outage.
@@ -236,6 +325,9 @@ impl Relay {
     /// events not yet published are postponed by the outage pause, with no
     /// attempt spent.
     pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(Vec<uuid::Uuid>, StepReport), StoreError> {
+        if self.sink.transactional() {
+            return self.publish_transaction(events).await;
+        }
         let mut report = StepReport {
             leased: events.len(),
             ..Default::default()
@@ -280,6 +372,89 @@ impl Relay {
         Ok((published, report))
     }
 
+    /// Publishes the batch in one transaction. Events a committed
+    /// transaction already carried are not published again. A rejected
+    /// event aborts the transaction: it spends an attempt, the others are
+    /// retried at once (in order: the lease query holds back the rest of the
+    /// rejected event's award).
+    async fn publish_transaction(
+        &self,
+        events: &[OutboxEvent],
+    ) -> Result<(Vec<uuid::Uuid>, StepReport), StoreError> {
+        let mut report = StepReport {
+            leased: events.len(),
+            ..Default::default()
+        };
+        let settled: HashSet<uuid::Uuid> = self.sink.settled().into_iter().collect();
+        let (done, todo): (Vec<&OutboxEvent>, Vec<&OutboxEvent>) =
+            events.iter().partition(|e| settled.contains(&e.event_id));
+        let mut published: Vec<uuid::Uuid> = done.iter().map(|e| e.event_id).collect();
+        if todo.is_empty() {
+            report.published = published.len();
+            return Ok((published, report));
+        }
+        match self.sink.publish_transaction(&todo).await {
+            Ok(()) => {
+                self.broker_answered();
+                published.extend(todo.iter().map(|e| e.event_id));
+            }
+            Err(TransactionFailure {
+                index: Some(i),
+                error: PublishError::Rejected(error),
+            }) if i < todo.len() => {
+                self.broker_answered();
+                report.failed += 1;
+                let _ = self.rejected(todo[i], &error, &mut report).await?;
+                let others: Vec<uuid::Uuid> = todo
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, e)| e.event_id)
+                    .collect();
+                if !others.is_empty() {
+                    self.store.postpone_outbox(&others, Duration::ZERO).await?;
+                }
+            }
+            Err(TransactionFailure { error, .. }) => {
+                metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name(), "kind" => "unavailable").increment(1);
+                let pause = self.broker_unreachable(&error.to_string());
+                let rest: Vec<uuid::Uuid> = todo.iter().map(|e| e.event_id).collect();
+                report.deferred = rest.len();
+                self.store.postpone_outbox(&rest, pause).await?;
+            }
+        }
+        report.published = published.len();
+        Ok((published, report))
+    }
+
+    /// Connects the sink if it is not; on a fresh connection marks what the
+    /// broker says earlier transactions already carried. `false` when the
+    /// broker cannot be reached (the relay pauses).
+    async fn ensure_connected(&self) -> Result<bool, StoreError> {
+        match self.sink.connect().await {
+            Ok(fresh) => {
+                if fresh {
+                    self.broker_answered();
+                }
+                let settled = self.sink.settled();
+                if fresh && !settled.is_empty() {
+                    self.store.mark_published(&settled).await?;
+                    self.sink.marked(&settled);
+                    tracing::info!(
+                        sink = self.sink.name(),
+                        events = settled.len(),
+                        "settled events an earlier transaction had published"
+                    );
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                self.broker_unreachable(&e.to_string());
+                Ok(false)
+            }
+        }
+    }
+
     /// Records a rejection; returns the backoff, or `None` once the event is
     /// quarantined.
     async fn rejected(
@@ -313,6 +488,12 @@ impl Relay {
 
     /// One full step: lease, publish, mark.
     pub async fn step(&self) -> Result<StepReport, StoreError> {
+        if !self.ensure_connected().await? {
+            return Ok(StepReport {
+                unconnected: true,
+                ..Default::default()
+            });
+        }
         let events = self.lease().await?;
         if events.is_empty() {
             return Ok(StepReport::default());
@@ -320,6 +501,7 @@ impl Relay {
         let (published, report) = self.publish(&events).await?;
         if !published.is_empty() {
             self.store.mark_published(&published).await?;
+            self.sink.marked(&published);
             metrics::counter!("oncegate_outbox_published_total", "sink" => self.sink.name())
                 .increment(published.len() as u64);
         }
@@ -330,11 +512,10 @@ impl Relay {
     /// waits for a notification or the poll interval.
     pub async fn run(self, mut stop: Stop) {
         tracing::info!(sink = self.sink.name(), "outbox relay started");
-        let mut last_stats = tokio::time::Instant::now() - Duration::from_secs(60);
         let mut backoff = Duration::from_millis(100);
         while !stop.is_requested() {
             let busy = match self.step().await {
-                Ok(r) if r.deferred > 0 => {
+                Ok(r) if r.deferred > 0 || r.unconnected => {
                     let pause = self.lock_outage().since.map(|(_, p)| p).unwrap_or(backoff);
                     tokio::select! {
                         _ = stop.requested() => {}
@@ -356,14 +537,6 @@ impl Relay {
                     continue;
                 }
             };
-            if last_stats.elapsed() >= Duration::from_secs(5) {
-                last_stats = tokio::time::Instant::now();
-                if let Ok(s) = self.store.outbox_stats().await {
-                    metrics::gauge!("oncegate_outbox_backlog").set(s.backlog as f64);
-                    metrics::gauge!("oncegate_outbox_oldest_age_seconds").set(s.oldest_age.as_secs_f64());
-                    metrics::gauge!("oncegate_outbox_quarantined").set(s.quarantined as f64);
-                }
-            }
             if !busy {
                 tokio::select! {
                     _ = stop.requested() => {}
@@ -376,14 +549,40 @@ impl Relay {
 }
 
 impl Relay {
-    /// Connects the configured sink: `None` when it is `none`.
+    /// The relay for the configured sink (`None` when it is `none`). The
+    /// broker is not reached here: the relay connects in its loop, so a
+    /// broker that is down at start-up pauses the relay and nothing else.
     pub async fn connect(
         sink: &SinkSettings,
         settings: RelaySettings,
         store: Arc<dyn Store>,
     ) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
-        let sink = sink.connect().await.context("connecting ONCEGATE_RELAY_SINK")?;
+        let sink = sink.build().context("configuring ONCEGATE_RELAY_SINK")?;
         Ok(sink.map(|sink| Self::new(store, sink, settings)))
+    }
+}
+
+/// Refreshes the outbox gauges from the store every `interval`, whatever
+/// the relay is doing (paused by an outage, backing off, busy), so the
+/// backlog alert sees events waiting during an outage.
+pub async fn report_outbox_gauges(store: &dyn Store, interval: Duration, mut stop: Stop) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.requested() => return,
+            _ = tick.tick() => {
+                match tokio::time::timeout(interval.max(Duration::from_secs(1)), store.outbox_stats()).await {
+                    Ok(Ok(s)) => {
+                        metrics::gauge!("oncegate_outbox_backlog").set(s.backlog as f64);
+                        metrics::gauge!("oncegate_outbox_oldest_age_seconds").set(s.oldest_age.as_secs_f64());
+                        metrics::gauge!("oncegate_outbox_quarantined").set(s.quarantined as f64);
+                    }
+                    Ok(Err(e)) => tracing::debug!(error = %e, "reading the outbox statistics failed"),
+                    Err(_) => tracing::debug!("reading the outbox statistics timed out"),
+                }
+            }
+        }
     }
 }

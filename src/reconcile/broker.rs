@@ -68,5 +68,8 @@ pub async fn open(settings: &SinkSettings) -> Result<Option<Box<dyn BrokerLog>>,
         SinkSpec::Nats(url) => Some(Box::new(
             super::jetstream::JetStreamLog::connect(url, &settings.stream).await?,
         )),
+        SinkSpec::Kafka(url) => Some(Box::new(
+            super::kafka::KafkaLog::connect(url, &settings.stream).await?,
+        )),
     })
 }

@@ -30,17 +30,24 @@ pub struct AmqpSink {
 }
 
 impl AmqpSink {
-    /// Connects and declares the exchange; the error says which step failed.
-    pub async fn connect(url: &str, exchange: &str, connection_name: &str) -> anyhow::Result<Self> {
-        let sink = Self {
-            url: default_vhost(url),
+    /// The sink, connected now: an error if the broker does not answer.
+    pub async fn connected(url: &str, exchange: &str, connection_name: &str) -> anyhow::Result<Self> {
+        let sink = Self::new(url, exchange, connection_name)?;
+        Sink::connect(&sink).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(sink)
+    }
+
+    /// The sink; [`Sink::connect`] connects and declares the exchange.
+    pub fn new(url: &str, exchange: &str, connection_name: &str) -> anyhow::Result<Self> {
+        let url = default_vhost(url);
+        url.parse::<lapin::uri::AMQPUri>()
+            .map_err(|e| anyhow::anyhow!("ONCEGATE_RELAY_SINK is not a valid AMQP URL: {e}"))?;
+        Ok(Self {
+            url,
             exchange: exchange.to_string(),
             connection_name: connection_name.to_string(),
             link: Mutex::new(None),
-        };
-        let link = sink.open().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        *sink.link.lock().await = Some(link);
-        Ok(sink)
+        })
     }
 
     async fn open(&self) -> Result<(Connection, Channel), PublishError> {
@@ -132,6 +139,25 @@ pub fn default_vhost(url: &str) -> String {
 impl Sink for AmqpSink {
     fn name(&self) -> &'static str {
         "amqp"
+    }
+
+    async fn connect(&self) -> Result<bool, PublishError> {
+        let mut link = self.link.lock().await;
+        if link
+            .as_ref()
+            .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected())
+        {
+            return Ok(false);
+        }
+        let opened = tokio::time::timeout(PUBLISH_TIMEOUT, self.open())
+            .await
+            .map_err(|_| {
+                PublishError::Unavailable(format!(
+                    "no answer from the AMQP broker within {PUBLISH_TIMEOUT:?}"
+                ))
+            })??;
+        *link = Some(opened);
+        Ok(true)
     }
 
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {

@@ -9,51 +9,107 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 pub struct JetStreamSink {
-    context: jetstream::Context,
+    url: String,
+    stream_name: String,
     subject: String,
+    /// The JetStream context once connected (async-nats reconnects it on
+    /// its own from then on), and whether the stream has been declared on
+    /// it since the last failure.
+    link: tokio::sync::Mutex<Option<(jetstream::Context, bool)>>,
 }
 
 impl JetStreamSink {
-    /// Connects and makes sure the stream exists, capturing `subject`
-    /// (`oncegate.events` by default).
-    pub async fn connect(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        let client = async_nats::ConnectOptions::new()
-            .connection_timeout(Duration::from_secs(5))
-            .retry_on_initial_connect()
-            .connect(url)
-            .await
-            .context("connecting to NATS")?;
-        let context = jetstream::new(client);
-        context
-            .get_or_create_stream(stream::Config {
-                name: stream_name.to_string(),
-                subjects: vec![subject.to_string()],
-                duplicate_window: Duration::from_secs(120),
-                ..Default::default()
-            })
-            .await
-            .context("creating the JetStream stream")?;
+    /// The sink, connected now: an error if the broker does not answer.
+    pub async fn connected(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
+        let sink = Self::new(url, stream_name, subject)?;
+        Sink::connect(&sink).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(sink)
+    }
+
+    /// Publishes to `subject` (`oncegate.events` by default), captured by
+    /// `stream_name`, which is created on connect if missing.
+    pub fn new(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
+        url.parse::<async_nats::ServerAddr>()
+            .map_err(|e| anyhow::anyhow!("ONCEGATE_RELAY_SINK is not a valid NATS URL: {e}"))?;
         Ok(Self {
-            context,
+            url: url.to_string(),
+            stream_name: stream_name.to_string(),
             subject: subject.to_string(),
+            link: tokio::sync::Mutex::new(None),
         })
     }
-}
 
+    async fn declare(&self, context: &jetstream::Context) -> Result<(), PublishError> {
+        let declared = context.get_or_create_stream(stream::Config {
+            name: self.stream_name.clone(),
+            subjects: vec![self.subject.clone()],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        });
+        match tokio::time::timeout(PUBLISH_TIMEOUT, declared).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(PublishError::Unavailable(format!(
+                "creating the JetStream stream: {e}"
+            ))),
+            Err(_) => Err(PublishError::Unavailable(
+                "creating the JetStream stream: timed out".into(),
+            )),
+        }
+    }
+}
 #[async_trait]
 impl Sink for JetStreamSink {
     fn name(&self) -> &'static str {
         "nats"
     }
 
+    async fn connect(&self) -> Result<bool, PublishError> {
+        let mut link = self.link.lock().await;
+        let fresh = link.is_none();
+        if fresh {
+            let client = async_nats::ConnectOptions::new()
+                .connection_timeout(Duration::from_secs(5))
+                .connect(&self.url)
+                .await
+                .map_err(|e| PublishError::Unavailable(format!("connecting to NATS: {e}")))?;
+            *link = Some((jetstream::new(client), false));
+        }
+        let (context, declared) = link.as_mut().expect("set above");
+        if !*declared {
+            self.declare(context).await?;
+            *declared = true;
+        }
+        Ok(fresh)
+    }
+
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let context = match self.link.lock().await.as_ref() {
+            Some((context, true)) => context.clone(),
+            _ => return Err(PublishError::Unavailable("not connected to NATS".into())),
+        };
+        let result = self.publish_on(&context, event).await;
+        if matches!(result, Err(PublishError::Unavailable(_))) {
+            // Declare the stream again once NATS answers: a restarted
+            // server may have lost it.
+            if let Some((_, declared)) = self.link.lock().await.as_mut() {
+                *declared = false;
+            }
+        }
+        result
+    }
+}
+
+impl JetStreamSink {
+    async fn publish_on(
+        &self,
+        context: &jetstream::Context,
+        event: &OutboxEvent,
+    ) -> Result<(), PublishError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
         headers.insert("Oncegate-Award-Id", event.award_id.as_str());
         headers.insert("Oncegate-Sequence", event.sequence.to_string().as_str());
-        let ack = self
-            .context
+        let ack = context
             .publish_with_headers(self.subject.clone(), headers, event.payload.clone().into())
             .await
             .map_err(|e| classify(&e))?;

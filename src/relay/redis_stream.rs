@@ -8,36 +8,73 @@ use fred::types::streams::{MultipleOrderedPairs, XCap, XCapKind, XCapTrim};
 use std::time::Duration;
 
 pub struct RedisStreamSink {
-    client: Client,
+    config: Config,
     stream: String,
     maxlen: i64,
+    /// Set once a connection succeeded; fred reconnects it on its own from
+    /// then on. A client whose first connection failed is discarded and
+    /// built again by the next [`Sink::connect`].
+    client: std::sync::Mutex<Option<Client>>,
 }
 
 impl RedisStreamSink {
-    pub async fn connect(url: &str, stream: &str, maxlen: u64) -> anyhow::Result<Self> {
+    /// The sink, connected now: an error if the broker does not answer.
+    pub async fn connected(url: &str, stream: &str, maxlen: u64) -> anyhow::Result<Self> {
+        let sink = Self::new(url, stream, maxlen)?;
+        Sink::connect(&sink).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(sink)
+    }
+
+    pub fn new(url: &str, stream: &str, maxlen: u64) -> anyhow::Result<Self> {
         use anyhow::Context;
         let config = Config::from_url(url).context("ONCEGATE_RELAY_SINK is not a valid Redis URL")?;
-        let client = Builder::from_config(config)
-            .with_performance_config(|p| p.default_command_timeout = PUBLISH_TIMEOUT)
-            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
-            .build()?;
-        let _connection = client.connect();
-        let _ = tokio::time::timeout(Duration::from_secs(2), client.wait_for_connect()).await;
         Ok(Self {
-            client,
+            config,
             stream: stream.to_string(),
             maxlen: maxlen.min(i64::MAX as u64) as i64,
+            client: std::sync::Mutex::new(None),
         })
     }
-}
 
+    fn current(&self) -> Option<Client> {
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
 #[async_trait]
 impl Sink for RedisStreamSink {
     fn name(&self) -> &'static str {
         "redis"
     }
 
+    async fn connect(&self) -> Result<bool, PublishError> {
+        if self.current().is_some() {
+            return Ok(false);
+        }
+        let client = Builder::from_config(self.config.clone())
+            .with_performance_config(|p| p.default_command_timeout = PUBLISH_TIMEOUT)
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .build()
+            .map_err(|e| PublishError::Unavailable(format!("building the Redis client: {e}")))?;
+        let _connection = client.connect();
+        match tokio::time::timeout(Duration::from_secs(2), client.wait_for_connect()).await {
+            Ok(Ok(())) => {
+                *self.client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
+                Ok(true)
+            }
+            failed => {
+                let _ = client.quit().await;
+                Err(PublishError::Unavailable(match failed {
+                    Ok(Err(e)) => format!("connecting to Redis: {e}"),
+                    _ => "connecting to Redis: no answer within 2s".into(),
+                }))
+            }
+        }
+    }
+
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let Some(client) = self.current() else {
+            return Err(PublishError::Unavailable("not connected to Redis".into()));
+        };
         let fields: MultipleOrderedPairs = vec![
             ("event_id", event.event_id.to_string()),
             ("type", event.event_type.clone()),
@@ -57,7 +94,7 @@ impl Sink for RedisStreamSink {
             timeout: Some(PUBLISH_TIMEOUT),
             ..Default::default()
         };
-        let client = self.client.with_options(&options);
+        let client = client.with_options(&options);
         let added = client.xadd::<String, _, _, _, _>(&self.stream, false, cap, "*", fields);
         match tokio::time::timeout(PUBLISH_TIMEOUT, added).await {
             Ok(Ok(_)) => Ok(()),

@@ -24,6 +24,7 @@ mod effects;
 mod hardening;
 mod helpers;
 mod hostile;
+mod kafka;
 mod keys;
 mod ops;
 mod privilege;

@@ -59,6 +59,8 @@ fn redis_broker(stream: &str) -> SinkSettings {
         connection_name: "it-reconcile".into(),
         subject: String::new(),
         stream_maxlen: 1_000_000,
+        transactional_id: String::new(),
+        lease: Duration::from_secs(30),
     }
 }
 
@@ -557,6 +559,8 @@ async fn the_jetstream_stream_must_hold_every_published_event_and_nothing_else(k
         connection_name: "it-reconcile".into(),
         subject: js.subject.clone(),
         stream_maxlen: 0,
+        transactional_id: String::new(),
+        lease: Duration::from_secs(30),
     };
     let report = reconcile(&db, Some(broker.clone())).await;
     assert!(report.clean, "{report}");

@@ -43,7 +43,7 @@ pub fn relay_settings(owner: &str, batch: i64, lease: Duration, max_attempts: i3
 
 pub async fn redis_sink(stream: &str) -> Arc<dyn Sink> {
     Arc::new(
-        RedisStreamSink::connect(&redis_url(), stream, 1_000_000)
+        RedisStreamSink::connected(&redis_url(), stream, 1_000_000)
             .await
             .expect("redis sink"),
     )
@@ -89,7 +89,7 @@ pub async fn drain(relay: &Relay) -> usize {
 
 /// Submits `per_award` submissions for each award, all at once (so group
 /// commit mixes awards in one transaction). Returns the decisions.
-async fn submit_concurrently(
+pub async fn submit_concurrently(
     app: &TestApp,
     awards: &[&str],
     per_award: usize,
@@ -113,7 +113,11 @@ async fn submit_concurrently(
 }
 
 /// Fills a fresh database's outbox through the real server (no relay).
-async fn outbox_of(db: &TestDb, awards: &[&str], per_award: usize) -> Vec<(pb::Submission, pb::Decision)> {
+pub async fn outbox_of(
+    db: &TestDb,
+    awards: &[&str],
+    per_award: usize,
+) -> Vec<(pb::Submission, pb::Decision)> {
     let app = TestApp::spawn(serve_args(db)).await;
     let decided = submit_concurrently(&app, awards, per_award).await;
     app.shutdown().await;
@@ -383,7 +387,7 @@ impl TestStream {
 
     pub async fn sink(&self) -> Arc<dyn Sink> {
         Arc::new(
-            JetStreamSink::connect(&nats_url(), &self.name, &self.subject)
+            JetStreamSink::connected(&nats_url(), &self.name, &self.subject)
                 .await
                 .expect("JetStream sink"),
         )
@@ -597,7 +601,7 @@ async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
     .await;
     assert!(done, "oncegate relay published the outbox");
     let addr = format!("127.0.0.1:{mport}").parse().unwrap();
-    let published = eventually(Duration::from_secs(5), || async move {
+    let published = eventually(Duration::from_secs(15), || async move {
         metric(
             &scrape(addr).await,
             "oncegate_outbox_published_total{sink=\"redis\"}",
@@ -725,7 +729,7 @@ async fn a_broker_outage_pauses_the_relay_without_spending_attempts(kind: Kind) 
     }
     let mut broker = ThrowawayRedis::start().await;
     let sink = Arc::new(
-        RedisStreamSink::connect(&broker.url(), &stream, 1_000_000)
+        RedisStreamSink::connected(&broker.url(), &stream, 1_000_000)
             .await
             .expect("redis sink"),
     );
@@ -891,7 +895,7 @@ async fn amqp_sink_survives_the_broker_closing_its_connection_mid_stream() {
     .unwrap();
 
     let sink = Arc::new(
-        oncegate::relay::amqp::AmqpSink::connect(&amqp_url(), &exchange, &name)
+        oncegate::relay::amqp::AmqpSink::connected(&amqp_url(), &exchange, &name)
             .await
             .unwrap(),
     );

@@ -1,0 +1,374 @@
+//! The relay on a real Apache Kafka (`ONCEGATE_TEST_KAFKA_BOOTSTRAP`), and
+//! every sink's broker down when the sidecar starts.
+//!
+//! Kafka: each batch is one transaction with its high-water mark, so a
+//! read_committed consumer sees every event once, in per-award order, even
+//! when the relay dies after committing and before marking the rows; a
+//! zombie relay with the same transactional id is fenced; reconcile reads
+//! the topic back.
+//!
+//! Start-up outage (every sink): claims are served at once, the relay is
+//! paused (breaker 1), the backlog gauge counts the waiting events and
+//! their age grows; when the broker answers, every event is published once
+//! in per-award order, breaker 0, backlog 0.
+
+use crate::helpers::*;
+use crate::relay::{amqp_url, outbox_of, relay_settings};
+use oncegate::pb::Outcome;
+use oncegate::reconcile::broker::{BrokerEntry, open as open_log};
+use oncegate::relay::kafka::KafkaSink;
+use oncegate::relay::{Relay, Sink, SinkSettings, SinkSpec};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+on_both_stores!(
+    kafka_relay_publishes_each_event_once_in_award_order,
+    kafka_relay_killed_after_its_commit_settles_and_publishes_nothing_twice,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stream_sink_down_at_start_serves_claims_then_publishes() {
+    sink_down_at_start(&redis_url(), "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_sink_down_at_start_serves_claims_then_publishes() {
+    sink_down_at_start(&nats_url(), "nats").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_sink_down_at_start_serves_claims_then_publishes() {
+    sink_down_at_start(&amqp_url(), "amqp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_sink_down_at_start_serves_claims_then_publishes() {
+    sink_down_at_start(&format!("kafka://{}", bootstrap()), "kafka").await;
+}
+
+const TS: &str = "2026-11-29T10:00:00Z";
+
+pub fn bootstrap() -> String {
+    std::env::var("ONCEGATE_TEST_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+fn kafka_url() -> String {
+    format!("kafka://{}", bootstrap())
+}
+
+fn reader(url: &str, stream: &str) -> SinkSettings {
+    SinkSettings {
+        spec: SinkSpec::parse(url).unwrap(),
+        stream: stream.into(),
+        connection_name: "it-reader".into(),
+        subject: String::new(),
+        stream_maxlen: 1_000_000,
+        transactional_id: String::new(),
+        lease: Duration::from_secs(30),
+    }
+}
+
+/// Everything a read_committed reader finds in `topic` (or stream).
+async fn read_back(url: &str, stream: &str) -> Vec<BrokerEntry> {
+    let mut log = open_log(&reader(url, stream))
+        .await
+        .expect("open the broker log")
+        .expect("a readable sink");
+    let mut all = Vec::new();
+    loop {
+        let batch = log.next_batch(1000).await.expect("read the broker");
+        if batch.is_empty() {
+            break;
+        }
+        all.extend(batch);
+    }
+    log.close().await;
+    all
+}
+
+/// Each event id once, and each award's sequences 1..=per_award in order.
+fn assert_once_in_award_order(entries: &[BrokerEntry], awards: &[&str], per_award: usize) {
+    let ids: Vec<String> = entries
+        .iter()
+        .filter_map(|e| {
+            e.event_id.clone().or_else(|| {
+                let body: serde_json::Value = serde_json::from_str(e.body.as_deref()?).ok()?;
+                Some(body["event_id"].as_str()?.to_string())
+            })
+        })
+        .collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), entries.len(), "every entry names its event");
+    assert_eq!(unique.len(), ids.len(), "no event published twice: {ids:?}");
+    let mut by_award: HashMap<String, Vec<i64>> = HashMap::new();
+    for e in entries {
+        let body: serde_json::Value = serde_json::from_str(e.body.as_deref().expect("body")).expect("JSON");
+        let award = e
+            .award_id
+            .clone()
+            .or_else(|| body["award_id"].as_str().map(String::from));
+        let seq = e
+            .sequence
+            .as_ref()
+            .and_then(|s| s.parse().ok())
+            .or_else(|| body["sequence"].as_i64())
+            .expect("sequence");
+        by_award.entry(award.expect("award id")).or_default().push(seq);
+    }
+    for award in awards {
+        assert_eq!(
+            by_award.get(*award).cloned().unwrap_or_default(),
+            (1..=per_award as i64).collect::<Vec<_>>(),
+            "award {award}: broker order is sequence order"
+        );
+    }
+    assert_eq!(entries.len(), awards.len() * per_award);
+}
+
+async fn kafka_sink(topic: &str, transactional_id: &str) -> Arc<KafkaSink> {
+    Arc::new(
+        KafkaSink::connected(&kafka_url(), topic, transactional_id, Duration::from_secs(10))
+            .await
+            .expect("Kafka sink (is Kafka running? ONCEGATE_TEST_KAFKA_BOOTSTRAP)"),
+    )
+}
+
+async fn kafka_relay_publishes_each_event_once_in_award_order(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let awards = ["AWD-K1", "AWD-K2", "AWD-K3"];
+    outbox_of(&db, &awards, 8).await;
+    let topic = unique("og-it-kafka-");
+    let relay = Relay::new(
+        db.open().await,
+        kafka_sink(&topic, &unique("og-it-txn-")).await,
+        relay_settings("it-kafka", 5, Duration::from_secs(10), 3),
+    );
+    let mut published = 0;
+    for _ in 0..100 {
+        let r = relay.step().await.expect("step");
+        if r.leased == 0 {
+            break;
+        }
+        published += r.published;
+    }
+    assert_eq!(published, 24);
+    let entries = read_back(&kafka_url(), &topic).await;
+    assert_once_in_award_order(&entries, &awards, 8);
+    for e in &entries {
+        assert_eq!(e.event_type.as_deref(), Some("disbursement.recorded"));
+        let body: serde_json::Value = serde_json::from_str(e.body.as_deref().unwrap()).expect("JSON body");
+        assert_eq!(
+            body["event_id"].as_str(),
+            e.event_id.as_deref(),
+            "body and header agree"
+        );
+    }
+    assert_eq!(
+        db.scalar("select count(*) from outbox where published_at is null")
+            .await,
+        0
+    );
+    // Reconcile reads the topic back: clean.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["reconcile", "--sink", &kafka_url(), "--stream", &topic])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn kafka_relay_killed_after_its_commit_settles_and_publishes_nothing_twice(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let awards = ["AWD-KK1", "AWD-KK2"];
+    outbox_of(&db, &awards, 6).await;
+    let topic = unique("og-it-kafka-kill-");
+    let txn_id = unique("og-it-txn-");
+    let lease = Duration::from_millis(1500);
+    // The first relay commits a batch and "dies" before marking it.
+    let first_sink = kafka_sink(&topic, &txn_id).await;
+    let first = Relay::new(
+        db.open().await,
+        first_sink.clone(),
+        relay_settings("it-a", 5, lease, 3),
+    );
+    let leased = first.lease().await.unwrap();
+    assert_eq!(leased.len(), 5);
+    let (published, _) = first.publish(&leased).await.unwrap();
+    assert_eq!(published.len(), 5, "committed in Kafka");
+    assert_eq!(
+        db.scalar("select count(*) from outbox where published_at is null")
+            .await,
+        12,
+        "not marked"
+    );
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    // It comes back (same transactional id): it settles before publishing.
+    let second = Relay::new(
+        db.open().await,
+        kafka_sink(&topic, &txn_id).await,
+        relay_settings("it-b", 5, lease, 3),
+    );
+    for _ in 0..20 {
+        if second.step().await.unwrap().leased == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        db.scalar("select count(*) from outbox where published_at is null")
+            .await,
+        0
+    );
+    // The zombie's producer was fenced by the second's init_transactions:
+    // whatever it tries now is never visible to a read_committed reader.
+    let zombie = first_sink.publish_transaction(&[&leased[0]]).await;
+    assert!(zombie.is_err(), "a fenced relay cannot commit");
+    let entries = read_back(&kafka_url(), &topic).await;
+    assert_once_in_award_order(&entries, &awards, 6);
+}
+
+/// The broker reachable only through a proxy that is cut when the
+/// sidecar starts.
+async fn sink_down_at_start(url: &str, name: &str) {
+    let upstream = host_port(url);
+    let proxy = FaultProxy::start(upstream).await;
+    proxy.cut();
+    let proxied = url.replacen(&upstream.to_string(), &proxy.addr.to_string(), 1);
+    let db = TestDb::new(Kind::Postgres).await;
+    let stream = unique(&format!("og-it-down-{name}-"));
+    // The real binary: its metrics are its own (in-process apps share one
+    // registry with the other tests).
+    let app = Sidecar::start(&[
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_RELAY_SINK", proxied.clone()),
+        ("ONCEGATE_RELAY_STREAM", stream.clone()),
+        ("ONCEGATE_RELAY_SUBJECT", format!("{stream}.events")),
+        ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", unique("og-it-txn-")),
+        ("ONCEGATE_RELAY_RETRY_BACKOFF", "50ms".into()),
+    ])
+    .await;
+    let awards = ["AWD-D1", "AWD-D2"];
+    let mut c = app.client().await;
+    for i in 0..3 {
+        for award in awards {
+            let s = submission(award, TS, format!("{award}-{name}-{i}").as_bytes(), 100);
+            let d = tokio::time::timeout(Duration::from_secs(5), c.submit(s))
+                .await
+                .expect("a claim does not wait for the broker")
+                .unwrap()
+                .into_inner();
+            assert_eq!(outcome(&d), Outcome::Claimed);
+        }
+    }
+    let breaker = format!("oncegate_relay_breaker_state{{sink=\"{name}\"}}");
+    let paused = eventually(Duration::from_secs(20), || {
+        let (app, breaker) = (&app, breaker.clone());
+        async move {
+            let m = app.metrics().await;
+            metric(&m, &breaker) == Some(1.0) && metric(&m, "oncegate_outbox_backlog") == Some(6.0)
+        }
+    })
+    .await;
+    let m = app.metrics().await;
+    assert!(paused, "paused with the backlog counted:\n{m}");
+    let age = metric(&m, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0);
+    let older = eventually(Duration::from_secs(10), || async {
+        metric(&app.metrics().await, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0) > age + 1.0
+    })
+    .await;
+    assert!(older, "the oldest age grows while the broker is down");
+    if name == "amqp" {
+        bind_queue(&stream).await;
+    }
+    proxy.restore();
+    let drained = eventually(Duration::from_secs(60), || {
+        let (app, breaker) = (&app, breaker.clone());
+        async move {
+            let m = app.metrics().await;
+            metric(&m, &breaker) == Some(0.0) && metric(&m, "oncegate_outbox_backlog") == Some(0.0)
+        }
+    })
+    .await;
+    assert!(
+        drained,
+        "published once the broker answered:\n{}\n{}",
+        app.metrics().await,
+        app.log_text()
+    );
+    let warnings = app.log_text().matches("broker unreachable; relay paused").count();
+    assert_eq!(warnings, 1, "one WARN for the outage:\n{}", app.log_text());
+    assert_eq!(
+        db.scalar("select count(*) from outbox where published_at is null")
+            .await,
+        0
+    );
+    if name != "amqp" {
+        let entries = read_back(url, &stream).await;
+        assert_once_in_award_order(&entries, &awards, 3);
+    }
+    assert!(app.terminate().await.success());
+}
+
+/// Where a broker URL points.
+fn host_port(url: &str) -> SocketAddr {
+    let rest = url.split("://").nth(1).unwrap();
+    let rest = rest.rsplit('@').next().unwrap();
+    let hostport = rest.split(['/', ',']).next().unwrap();
+    hostport
+        .replace("localhost", "127.0.0.1")
+        .parse()
+        .expect("host:port")
+}
+
+/// A queue bound to the exchange, so RabbitMQ routes the events (the AMQP
+/// sink treats an unroutable message as an outage).
+async fn bind_queue(exchange: &str) {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.exchange_declare(
+        exchange.into(),
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let q = format!("{exchange}.q");
+    ch.queue_declare(
+        q.as_str().into(),
+        QueueDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_bind(
+        q.as_str().into(),
+        exchange.into(),
+        "#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    std::mem::forget(conn);
+}
