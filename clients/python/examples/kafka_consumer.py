@@ -28,9 +28,12 @@ The loop (DESIGN.md §1):
 
 Messages: the JSON body of the RabbitMQ and Redis Streams examples (award_id,
 submission_timestamp, amount_cents, payload base64, optional
-idempotency_key). The oncegate relay's own messages (key = award id, value =
-the event JSON, headers event_id/event_type/award_id/sequence) carry the same
-fields. Each handled message is printed to stdout as one JSON line; logs go to
+idempotency_key). The oncegate relay's own events on Kafka (key = award id,
+value = the disbursement.recorded event JSON, headers event_id/event_type)
+are a downstream record, not a submission: they carry no
+submission_timestamp or payload, and this consumer would dead-letter them as
+MALFORMED. A message's `message_id` header (or `event_id`) is echoed in the
+output lines. Each handled message is printed to stdout as one JSON line; logs go to
 stderr. Payloads are never logged.
 
     python kafka_consumer.py --bootstrap-servers kafka:9092 --topic grants \\
