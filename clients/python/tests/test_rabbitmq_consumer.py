@@ -56,7 +56,7 @@ N_PRECOMMITTED = 100     # of those, committed by the test before publishing
 N_PRODUCER_DUPLICATES = 250
 N_CONSUMERS = 3
 PREFETCH = (8, 16, 32)
-MAX_RATE = 20            # deliveries per second per consumer: keeps the chaos mid-stream
+MAX_RATE = 12            # deliveries per second per consumer: keeps the chaos mid-stream
 MIN_KILLS = MIN_DROPS = 3  # chaos goes on until both are reached (rabbitmqctl calls are slow)
 CHAOS_ACTIONS = 16       # at most: SIGKILL and broker-side connection close, taking turns
 TS = "2026-11-29T10:57:45Z"
