@@ -21,9 +21,11 @@ The loop (DESIGN.md §1):
 * A retryable error (sidecar or its store down, overloaded, deadline passed):
   no commit. The partition is rewound to the message (seek) and paused for a
   backoff, then resumed; the other partitions go on meanwhile.
-* Rebalance: offsets are committed as each message is decided, so a revoked
-  partition has nothing decided left to commit; its paused/backoff state is
-  dropped and whatever was not decided is read again by the new owner.
+* Offsets are committed after every decision, or every --commit-every
+  decisions. Rebalance: a revoked partition's decided offsets are committed
+  first, its backoff state dropped; whatever was not decided (or decided but
+  not committed, when the process was killed) is read again by the new owner
+  and answered DUPLICATE.
 * SIGTERM/SIGINT: finish the message in hand, leave the group, exit 0.
 
 Messages: the JSON body of the RabbitMQ and Redis Streams examples (award_id,
@@ -116,6 +118,8 @@ class KafkaGateConsumer:
         self.stopping = False
         self.paused: dict[tuple[str, int], float] = {}  # (topic, partition) -> resume at
         self.failures: dict[tuple[str, int], int] = {}
+        self.decided: dict[tuple[str, int], int] = {}  # next offset to commit, decided not yet committed
+        self.since_commit = 0
         common = {"bootstrap.servers": args.bootstrap_servers, "client.id": args.consumer}
         self.consumer = Consumer({
             **common,
@@ -148,9 +152,10 @@ class KafkaGateConsumer:
         log.info("assigned %s", [p.partition for p in partitions])
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Every decided message was committed as it was decided: nothing to
-        # flush. Forget backoff state; the next owner reads undecided ones.
+        # Commit what was decided on these partitions; forget backoff state.
+        # The next owner reads the undecided ones.
         log.info("revoked %s", [p.partition for p in partitions])
+        self.commit_decided({(p.topic, p.partition) for p in partitions})
         for p in partitions:
             self.paused.pop((p.topic, p.partition), None)
             self.failures.pop((p.topic, p.partition), None)
@@ -184,22 +189,31 @@ class KafkaGateConsumer:
                         msg.partition(), delay, msg.offset(), exc.code.name)
             self.emit(msg, outcome="ERROR", code=exc.code.name, retryable=exc.retryable)
             return
-        committed = self.commit(msg)
+        self.decided[tp] = msg.offset() + 1
+        self.since_commit += 1
+        committed = False
+        if self.since_commit >= self.a.commit_every:
+            committed = self.commit_decided()
         self.failures.pop(tp, None)
         d = decision.disbursement
         self.emit(msg, outcome=decision.outcome.value, key=decision.idempotency_key,
                   disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
                   decided_by=decision.decided_by.value, committed=committed)
 
-    def commit(self, msg: Message) -> bool:
+    def commit_decided(self, only: set[tuple[str, int]] | None = None) -> bool:
+        """Commit the decided offsets (of `only` partitions, or all)."""
+        tps = [tp for tp in self.decided if only is None or tp in only]
+        if not tps:
+            return True
+        offsets = [TopicPartition(t, p, self.decided.pop((t, p))) for t, p in tps]
+        self.since_commit = 0
         try:
-            self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
-                                 asynchronous=False)
+            self.consumer.commit(offsets=offsets, asynchronous=False)
             return True
         except KafkaException as exc:
             # Lost the partition (rebalance) or the broker: the new owner reads
-            # the message again and gets DUPLICATE.
-            log.warning("commit failed partition=%d offset=%d: %s", msg.partition(), msg.offset(), exc)
+            # those messages again and gets DUPLICATE.
+            log.warning("commit failed %s: %s", [(o.partition, o.offset) for o in offsets], exc)
             return False
 
     def dead_letter(self, msg: Message, code: str, reason: str) -> None:
@@ -212,6 +226,7 @@ class KafkaGateConsumer:
             self.producer.produce(self.a.dead_letter_topic, key=msg.key(), value=msg.value(), headers=headers)
             self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
             self.producer.commit_transaction(30)
+            self.decided.pop((msg.topic(), msg.partition()), None)  # committed past them
             done = True
         except KafkaException as exc:
             log.warning("dead-letter transaction failed partition=%d offset=%d: %s",
@@ -266,6 +281,7 @@ class KafkaGateConsumer:
                 self.handle(msg)
                 if self.a.max_rate > 0:
                     time.sleep(1.0 / self.a.max_rate)
+            self.commit_decided()
         finally:
             self.consumer.close()  # leaves the group: its partitions move at once
         return 0
@@ -284,8 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=10.0, help="deadline per Submit, seconds")
     p.add_argument("--session-timeout", type=float, default=10.0,
                    help="group session timeout, seconds (a killed member's partitions move after it)")
+    p.add_argument("--commit-every", type=int, default=1,
+                   help="commit decided offsets after this many decisions (and on revoke and stop)")
     p.add_argument("--max-rate", type=float, default=0.0, help="messages per second (0: unlimited)")
     args = p.parse_args(argv)
+    if args.commit_every < 1:
+        p.error("--commit-every must be at least 1")
     args.dead_letter_topic = args.dead_letter_topic or f"{args.topic}.dead"
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
