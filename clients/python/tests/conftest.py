@@ -100,13 +100,15 @@ def health_status(target: str, service: str = "", timeout: float = 1.0) -> str:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
 
-def start_sidecar(binary: Path, workdir: Path, extra_env: dict[str, str] | None = None) -> Sidecar:
-    """Start `oncegate serve` on free loopback ports with embedded SQLite and
-    wait for grpc.health.v1 SERVING."""
+def start_sidecar(binary: Path, workdir: Path, extra_env: dict[str, str] | None = None,
+                  port: int | None = None, metrics_port: int | None = None) -> Sidecar:
+    """Start `oncegate serve` on free loopback ports (or the given ones, to
+    restart one in place) with embedded SQLite and wait for grpc.health.v1
+    SERVING."""
     import grpc
 
     workdir.mkdir(parents=True, exist_ok=True)
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = port or free_port(), metrics_port or free_port()
     target = f"127.0.0.1:{port}"
     metrics_addr = f"127.0.0.1:{metrics_port}"
     sqlite_path = workdir / "oncegate.db"

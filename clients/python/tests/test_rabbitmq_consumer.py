@@ -56,8 +56,9 @@ N_PRECOMMITTED = 100     # of those, committed by the test before publishing
 N_PRODUCER_DUPLICATES = 250
 N_CONSUMERS = 3
 PREFETCH = (8, 16, 32)
-MAX_RATE = 40            # deliveries per second per consumer: keeps the chaos mid-stream
-CHAOS_ACTIONS = 12       # SIGKILL and broker-side connection close, taking turns
+MAX_RATE = 12            # deliveries per second per consumer: keeps the chaos mid-stream
+MIN_KILLS = MIN_DROPS = 3  # chaos goes on until both are reached (rabbitmqctl calls are slow)
+CHAOS_ACTIONS = 16       # at most: SIGKILL and broker-side connection close, taking turns
 TS = "2026-11-29T10:57:45Z"
 
 
@@ -316,10 +317,14 @@ def test_rabbitmq_consumers_killed_and_cut_off_still_give_an_exact_ledger(
         kills: list[tuple[str, int | None]] = []   # (consumer, unacked at the kill)
         drops: list[tuple[str, int | None]] = []
         dropped: Counter = Counter()               # connection drops per consumer process
-        deadline = time.monotonic() + 35
+        deadline = time.monotonic() + 90
+
+        def chaos_done() -> bool:
+            return len(kills) >= MIN_KILLS and (not ctl.available or len(drops) >= MIN_DROPS)
+
         time.sleep(1.5)  # let them connect and fill their prefetch
         for _ in range(CHAOS_ACTIONS):
-            if time.monotonic() > deadline or ready()[0] < 60:
+            if chaos_done() or time.monotonic() > deadline or ready()[0] < 60:
                 break
             time.sleep(rng.uniform(0.2, 0.6))
             view = ctl.unacked_by_name() if ctl.available else {}
@@ -331,7 +336,9 @@ def test_rabbitmq_consumers_killed_and_cut_off_still_give_an_exact_ledger(
             slot = rng.choice(candidates)
             victim = slots[slot]
             pid, unacked = view.get(victim.name, (None, None))
-            if len(kills) <= len(drops) or not ctl.available or pid is None:
+            # Take turns; once one kind has its count, only the other.
+            want_kill = len(kills) < MIN_KILLS and (len(kills) <= len(drops) or len(drops) >= MIN_DROPS)
+            if want_kill or not ctl.available or pid is None:
                 victim.kill()
                 kills.append((victim.name, unacked))
                 time.sleep(rng.uniform(0.1, 0.6))
@@ -445,10 +452,10 @@ def test_rabbitmq_consumers_killed_and_cut_off_still_give_an_exact_ledger(
         acks_lost = sum(1 for line in lines if line.get("acked") is False or line.get("rejected") is False)
         reconnects = sum(max(p.sessions - 1, 0) for p in procs)
 
-        assert len(kills) >= 3, f"only {len(kills)} consumers were killed: the queue drained too fast"
+        assert len(kills) >= MIN_KILLS, f"only {len(kills)} consumers were killed: the queue drained too fast"
         assert all(u is None or u > 0 for _, u in kills), kills
         if ctl.available:
-            assert len(drops) >= 3, drops
+            assert len(drops) >= MIN_DROPS, f"only {len(drops)} connection drops: {drops}"
             assert reconnects >= 1, "no consumer reconnected after its connection was closed"
         assert redelivered > 0, "killing consumers with unacked deliveries must cause redeliveries"
         print(f"published {len(published)} messages ({N_UNIQUE} unique valid, "
