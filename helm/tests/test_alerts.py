@@ -112,3 +112,218 @@ def test_unit_tests_fail_when_a_threshold_changes(tmp_path):
     values["prometheusRule"]["outboxOldestAgeSeconds"] = 1200
     out = run_unit_tests(tmp_path, values)
     assert out.returncode != 0 and "OncegateOutboxEventsWaiting" in out.stdout + out.stderr, out.stdout
+
+
+# --------------------------------------------------------------------------
+# live: a real Prometheus scraping a sidecar whose broker goes down
+
+# Shortened for the live test only, through the chart's own values: the
+# breaker window (breakerOpenFor) and the outbox age threshold. Each rule's
+# `for:` is replaced by LIVE_FOR (the one transformation not done by a value);
+# the unit tests above check the shipped windows and `for:` durations.
+LIVE_BREAKER_WINDOW = "6s"
+LIVE_FOR = "3s"
+LIVE_OUTBOX_AGE = 4
+SCRAPE = "1s"
+POD = "oncegate-live-0"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, log: pathlib.Path, seconds: float = 20) -> None:
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            assert proc.poll() is None, f"{what} exited: {log.read_text()[-2000:]}"
+            assert time.time() < deadline, f"{what} is not listening on {port}: {log.read_text()[-2000:]}"
+            time.sleep(0.1)
+
+
+def live_rules(directory: pathlib.Path) -> pathlib.Path:
+    values = load_values("observability")
+    values["prometheusRule"] |= {"breakerOpenFor": LIVE_BREAKER_WINDOW, "outboxOldestAgeSeconds": LIVE_OUTBOX_AGE}
+    groups = rule_groups(values)
+    for g in groups["groups"]:
+        g["interval"] = SCRAPE
+        for r in g["rules"]:
+            if "for" in r:
+                r["for"] = LIVE_FOR
+    path = directory / "oncegate.rules.yaml"
+    path.write_text(yaml.safe_dump(groups, sort_keys=False))
+    return path
+
+
+class Live:
+    def __init__(self, tmp: pathlib.Path):
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen] = []
+        self.redis_port, self.grpc, self.metrics, self.prom = free_port(), free_port(), free_port(), free_port()
+        self.redis: subprocess.Popen | None = None
+        self.binary = pathlib.Path(os.environ.get("ONCEGATE_BIN", REPO / "target" / "debug" / "oncegate"))
+        assert self.binary.exists(), f"{self.binary} is missing: build it first (cargo build), or set ONCEGATE_BIN"
+        self.claims = 0
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(self.tmp / f"{name}.log", "a")
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+        self.procs.append(proc)
+        return proc
+
+    def start_redis(self) -> None:
+        self.redis = self.spawn("redis", [tool("redis-server"), "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                                          "--save", "", "--appendonly", "no", "--dir", str(self.tmp)])
+        wait_port(self.redis_port, self.redis, "redis-server", self.tmp / "redis.log")
+
+    def stop_redis(self) -> None:
+        assert self.redis is not None
+        self.redis.kill()
+        self.redis.wait(timeout=10)
+        self.procs.remove(self.redis)
+        self.redis = None
+
+    def start_sidecar(self) -> None:
+        env = {"PATH": os.environ.get("PATH", ""), "ONCEGATE_SQLITE_PATH": str(self.tmp / "oncegate.db"),
+               "ONCEGATE_LISTEN": f"127.0.0.1:{self.grpc}", "ONCEGATE_METRICS_LISTEN": f"127.0.0.1:{self.metrics}",
+               "ONCEGATE_RELAY_SINK": f"redis://127.0.0.1:{self.redis_port}", "ONCEGATE_RELAY_POLL": "100ms",
+               "ONCEGATE_RECONCILE_INTERVAL": "1s", "ONCEGATE_PURGE_INTERVAL": "1s",
+               "ONCEGATE_AUDIT_FLUSH_INTERVAL": "100ms", "RUST_LOG": "info"}
+        proc = self.spawn("sidecar", [str(self.binary), "serve"], env)
+        wait_port(self.metrics, proc, "oncegate serve", self.tmp / "sidecar.log")
+        deadline = time.time() + 20
+        while self.submit(check=False) != 0:
+            assert time.time() < deadline and proc.poll() is None, (self.tmp / "sidecar.log").read_text()[-2000:]
+            time.sleep(0.2)
+
+    def submit(self, check: bool = True) -> int:
+        self.claims += 1
+        out = subprocess.run([str(self.binary), "submit", "--target", f"http://127.0.0.1:{self.grpc}",
+                              "--award-id", f"AWD-LIVE-{self.claims}", "--amount-cents", "100",
+                              "--timestamp", "2026-12-01T09:00:00Z", "--payload", "live"],
+                             capture_output=True, text=True)
+        assert not check or out.returncode == 0, out.stderr
+        return out.returncode
+
+    def start_prometheus(self) -> None:
+        rules = live_rules(self.tmp)
+        config = {
+            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+            "rule_files": [str(rules)],
+            "scrape_configs": [{
+                "job_name": "oncegate",
+                "static_configs": [{"targets": [f"127.0.0.1:{self.metrics}"],
+                                    # what the ServiceMonitor's discovery adds in a cluster
+                                    "labels": {"namespace": NAMESPACE, "pod": POD}}],
+            }],
+        }
+        (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        proc = self.spawn("prometheus", [tool("prometheus"), f"--config.file={self.tmp / 'prometheus.yml'}",
+                                         f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                                         f"--web.listen-address=127.0.0.1:{self.prom}"])
+        wait_port(self.prom, proc, "prometheus", self.tmp / "prometheus.log")
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.prom}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read())
+        return body
+
+    def alerts(self) -> dict[str, str]:
+        """alertname -> state (pending | firing) of the active alerts."""
+        body = self.api("alerts")
+        assert body["status"] == "success", body
+        return {a["labels"]["alertname"]: a["state"] for a in body["data"]["alerts"]}
+
+    def wait_alert(self, name: str, states: set[str | None], seconds: float) -> tuple[float, list[str | None]]:
+        """Polls until alert `name` is in one of `states` (None: not active);
+        returns when, and every state seen on the way."""
+        seen: list[str | None] = []
+        deadline = time.time() + seconds
+        while True:
+            state = self.alerts().get(name)
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            if state in states:
+                return time.time(), seen
+            assert time.time() < deadline, f"{name}: states seen {seen}, wanted {states}; " \
+                f"sidecar log: {(self.tmp / 'sidecar.log').read_text()[-1500:]}"
+            time.sleep(0.25)
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tool("prometheus"), tool("redis-server")
+    env = Live(tmp_path_factory.mktemp("live-alerts"))
+    try:
+        env.start_redis()
+        env.start_sidecar()
+        env.start_prometheus()
+        yield env
+    finally:
+        env.close()
+
+
+def stream_length(live: Live) -> int:
+    out = subprocess.run([tool("redis-cli"), "-p", str(live.redis_port), "xlen", "oncegate-events"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves(live):
+    # Healthy: the target is up, the events reach the stream, no alert.
+    deadline = time.time() + 20
+    while not live.api("query", query=f'up{{job="oncegate"}} == 1')["data"]["result"]:
+        assert time.time() < deadline, live.api("targets")
+        time.sleep(0.25)
+    for _ in range(3):
+        live.submit()
+    deadline = time.time() + 20
+    while stream_length(live) < live.claims:
+        assert time.time() < deadline, "the relay did not publish the claims' events"
+        time.sleep(0.2)
+    time.sleep(3)  # a few evaluations on a healthy series
+    assert live.alerts() == {}, "no alert while everything is healthy"
+
+    # The broker goes down while serving; new claims write outbox events.
+    live.stop_redis()
+    lost = time.time()
+    published = live.claims
+    for _ in range(3):
+        live.submit()
+    fired, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {"firing"}, 60)
+    window = float(LIVE_BREAKER_WINDOW.rstrip("s"))
+    assert fired - lost >= window, f"fired {fired - lost:.1f}s after the loss, before the {window}s window"
+    assert seen[0] is None, seen
+    alert = [a for a in live.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] == "OncegateRelayBrokerUnreachable"][0]
+    assert alert["labels"].items() >= {"namespace": NAMESPACE, "pod": POD, "sink": "redis", "severity": "warning"}.items(), alert
+    print(f"OncegateRelayBrokerUnreachable firing {fired - lost:.1f}s after the broker was lost; states {seen}")
+
+    # The broker returns on the same port: the relay resumes, the alert resolves.
+    live.start_redis()
+    back = time.time()
+    resolved, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {None}, 60)
+    print(f"resolved {resolved - back:.1f}s after the broker returned; states {seen}")
+    deadline = time.time() + 30
+    while stream_length(live) < live.claims - published:
+        assert time.time() < deadline, "the events written during the outage did not reach the stream"
+        time.sleep(0.2)
