@@ -169,6 +169,7 @@ class Live:
         self.binary = pathlib.Path(os.environ.get("ONCEGATE_BIN", REPO / "target" / "debug" / "oncegate"))
         assert self.binary.exists(), f"{self.binary} is missing: build it first (cargo build), or set ONCEGATE_BIN"
         self.claims = 0
+        self.outages = 0
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "a")
@@ -184,6 +185,7 @@ class Live:
     def stop_redis(self) -> None:
         assert self.redis is not None
         self.redis.kill()
+        self.outages += 1
         self.redis.wait(timeout=10)
         self.procs.remove(self.redis)
         self.redis = None
@@ -201,10 +203,11 @@ class Live:
             assert time.time() < deadline and proc.poll() is None, (self.tmp / "sidecar.log").read_text()[-2000:]
             time.sleep(0.2)
 
-    def submit(self, check: bool = True) -> int:
-        self.claims += 1
+    def submit(self, check: bool = True, again: bool = False, amount: int = 100) -> int:
+        """A fresh claim (an outbox event); `again`: the last one's duplicate."""
+        self.claims += 0 if again else 1
         out = subprocess.run([str(self.binary), "submit", "--target", f"http://127.0.0.1:{self.grpc}",
-                              "--award-id", f"AWD-LIVE-{self.claims}", "--amount-cents", "100",
+                              "--award-id", f"AWD-LIVE-{self.claims}", "--amount-cents", str(amount),
                               "--timestamp", "2026-12-01T09:00:00Z", "--payload", "live"],
                              capture_output=True, text=True)
         assert not check or out.returncode == 0, out.stderr
@@ -227,6 +230,20 @@ class Live:
                                          f"--storage.tsdb.path={self.tmp / 'tsdb'}",
                                          f"--web.listen-address=127.0.0.1:{self.prom}"])
         wait_port(self.prom, proc, "prometheus", self.tmp / "prometheus.log")
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.prom}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, (self.tmp / "prometheus.log").read_text()[-2000:]
+            time.sleep(0.2)
+        deadline = time.time() + 20
+        while not self.api("query", query='up{job="oncegate"} == 1')["data"]["result"]:
+            assert time.time() < deadline, self.api("targets")
+            time.sleep(0.25)
 
     def api(self, path: str, **params: str) -> Any:
         url = f"http://127.0.0.1:{self.prom}/api/v1/{path}"
@@ -290,11 +307,7 @@ def stream_length(live: Live) -> int:
 
 
 def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves(live):
-    # Healthy: the target is up, the events reach the stream, no alert.
-    deadline = time.time() + 20
-    while not live.api("query", query=f'up{{job="oncegate"}} == 1')["data"]["result"]:
-        assert time.time() < deadline, live.api("targets")
-        time.sleep(0.25)
+    # Healthy: the events reach the stream, no alert.
     for _ in range(3):
         live.submit()
     deadline = time.time() + 20
@@ -327,3 +340,70 @@ def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves
     while stream_length(live) < live.claims - published:
         assert time.time() < deadline, "the events written during the outage did not reach the stream"
         time.sleep(0.2)
+
+
+@pytest.mark.xfail(strict=True, reason="the outbox gauges are not refreshed while the relay is paused (issue 29): "
+                   "oncegate_outbox_oldest_age_seconds stays at its last value; remove this mark with that fix")
+def test_outbox_events_waiting_during_an_outage_goes_pending_then_firing(live):
+    live.stop_redis()
+    try:
+        for _ in range(3):
+            live.submit()
+        fired, seen = live.wait_alert("OncegateOutboxEventsWaiting", {"firing"}, 40)
+        assert "pending" in seen and seen.index("pending") < seen.index("firing"), seen
+    finally:
+        live.start_redis()
+    live.wait_alert("OncegateOutboxEventsWaiting", {None}, 60)
+
+
+# Dashboard series the live sidecar cannot produce (SQLite, a healthy store,
+# no Redis tier): each must still parse and is in test_chart.NOT_SCRAPED_HERE.
+NO_SERIES_HERE = {
+    "oncegate_audit_dropped_total", "oncegate_db_role_privileged", "oncegate_db_pool_connections",
+    "oncegate_tier_errors_total", "oncegate_group_commit_fallbacks_total", "oncegate_redis_breaker_state",
+    "oncegate_outbox_quarantined_total",
+}
+
+
+def grafana_to_promql(expr: str) -> str:
+    """A panel query as Grafana sends it: the variables substituted."""
+    expr = re.sub(r"^label_values\((.*),\s*\w+\s*\)$", r"\1", expr)
+    return (expr.replace("$__rate_interval", "15s").replace('"$namespace"', f'"{NAMESPACE}"')
+            .replace('"$pod"', '".+"'))
+
+
+def test_every_dashboard_query_parses_and_returns_series_from_the_live_prometheus(live):
+    from test_chart import NOT_SCRAPED_HERE, promql_metric_names
+    assert NO_SERIES_HERE <= set(NOT_SCRAPED_HERE)
+    exprs = dashboard_exprs(dashboard())
+    assert len(exprs) > 20
+    if not live.outages:  # run alone: the publish-error panel needs one
+        live.stop_redis()
+        live.submit()
+        deadline = time.time() + 30
+        while not live.api("query", query="oncegate_relay_breaker_state == 1")["data"]["result"]:
+            assert time.time() < deadline, "the relay breaker did not open"
+            time.sleep(0.25)
+        live.start_redis()
+    deadline = time.time() + 30
+    while True:
+        # fresh samples for the rates: a claim, its duplicate (a tier hit), a rejection
+        live.submit()
+        live.submit(again=True)
+        assert live.submit(check=False, amount=0) != 0, "a zero amount is rejected"
+        time.sleep(2)
+        empty, errors = [], []
+        for expr in exprs:
+            query = grafana_to_promql(expr)
+            assert "$" not in query, query
+            body = live.api("query", query=query)
+            if body["status"] != "success":
+                errors.append(f"{expr}: {body.get('error')}")
+            elif not body["data"]["result"] and not promql_metric_names(expr) & NO_SERIES_HERE:
+                empty.append(expr)
+        assert errors == [], "dashboard queries Prometheus refuses"
+        if not empty:
+            break
+        assert time.time() < deadline, f"dashboard queries with no series from the live sidecar: {empty}"
+    bad = live.api("query", query=grafana_to_promql("sum by (tier) (rate(oncegate_decisions_total{namespace=~\"$namespace\"}[5m])"))
+    assert bad["status"] == "error", "the parse check is not vacuous"
