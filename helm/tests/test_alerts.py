@@ -6,10 +6,11 @@
   rules` with helm/tests/alerts/oncegate_test.yaml: every shipped alert fires
   on series the test writes and stays quiet on a healthy series.
 - One live test: a real Prometheus (Debian's binary, its own port and
-  directory) scrapes a running `oncegate serve` whose Redis Streams sink (a
-  throwaway redis-server) goes down while serving; the relay breaker alert
-  fires, read from /api/v1/alerts, and resolves when the broker returns. Every
-  dashboard query is run against that Prometheus and returns series.
+  directory) scrapes a running `oncegate serve` whose Redis Streams sink and
+  L2 tier (one throwaway redis-server) go down while serving; the relay
+  breaker and Redis tier breaker alerts fire, read from /api/v1/alerts, and
+  resolve when Redis returns. Every dashboard query is run against that
+  Prometheus and returns series.
 
 Needs promtool/prometheus (Debian package `prometheus`), redis-server and the
 built binary (target/debug/oncegate or $ONCEGATE_BIN).
@@ -194,6 +195,8 @@ class Live:
         env = {"PATH": os.environ.get("PATH", ""), "ONCEGATE_SQLITE_PATH": str(self.tmp / "oncegate.db"),
                "ONCEGATE_LISTEN": f"127.0.0.1:{self.grpc}", "ONCEGATE_METRICS_LISTEN": f"127.0.0.1:{self.metrics}",
                "ONCEGATE_RELAY_SINK": f"redis://127.0.0.1:{self.redis_port}", "ONCEGATE_RELAY_POLL": "100ms",
+               # the same Redis as the L2 tier: its breaker opens with the outage too
+               "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}",
                "ONCEGATE_RECONCILE_INTERVAL": "1s", "ONCEGATE_PURGE_INTERVAL": "1s",
                "ONCEGATE_AUDIT_FLUSH_INTERVAL": "100ms", "RUST_LOG": "info"}
         proc = self.spawn("sidecar", [str(self.binary), "serve"], env)
@@ -330,12 +333,22 @@ def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves
     alert = [a for a in live.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] == "OncegateRelayBrokerUnreachable"][0]
     assert alert["labels"].items() >= {"namespace": NAMESPACE, "pod": POD, "sink": "redis", "severity": "warning"}.items(), alert
     print(f"OncegateRelayBrokerUnreachable firing {fired - lost:.1f}s after the broker was lost; states {seen}")
+    live.submit()  # a lookup in the Redis tier while it is down
+    fired_tier, seen_tier = live.wait_alert("OncegateRedisBreakerOpen", {"firing"}, 60)
+    assert fired_tier - lost >= window, f"Redis tier alert fired {fired_tier - lost:.1f}s after the loss"
+    print(f"OncegateRedisBreakerOpen firing {fired_tier - lost:.1f}s after Redis was lost; states {seen_tier}")
 
     # The broker returns on the same port: the relay resumes, the alert resolves.
     live.start_redis()
     back = time.time()
     resolved, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {None}, 60)
     print(f"resolved {resolved - back:.1f}s after the broker returned; states {seen}")
+    deadline = time.time() + 60
+    while "OncegateRedisBreakerOpen" in live.alerts():
+        assert time.time() < deadline, "the Redis tier alert did not resolve"
+        live.submit()  # lookups let the tier's breaker probe and close
+        time.sleep(0.5)
+    print(f"OncegateRedisBreakerOpen resolved {time.time() - back:.1f}s after Redis returned")
     deadline = time.time() + 30
     while stream_length(live) < live.claims - published:
         assert time.time() < deadline, "the events written during the outage did not reach the stream"
@@ -360,8 +373,7 @@ def test_outbox_events_waiting_during_an_outage_goes_pending_then_firing(live):
 # no Redis tier): each must still parse and is in test_chart.NOT_SCRAPED_HERE.
 NO_SERIES_HERE = {
     "oncegate_audit_dropped_total", "oncegate_db_role_privileged", "oncegate_db_pool_connections",
-    "oncegate_tier_errors_total", "oncegate_group_commit_fallbacks_total", "oncegate_redis_breaker_state",
-    "oncegate_outbox_quarantined_total",
+    "oncegate_group_commit_fallbacks_total", "oncegate_outbox_quarantined_total",
 }
 
 
