@@ -590,6 +590,10 @@ pub struct SealArgs {
     /// Most audit rows one seal covers (a run makes as many seals as it needs).
     #[arg(long, env = "ONCEGATE_AUDIT_SEAL_MAX_ROWS", default_value_t = 50_000)]
     pub audit_seal_max_rows: i64,
+    /// Ed25519 private key (PKCS#8 PEM, from `oncegate audit keygen`): every
+    /// seal then carries a signature over its digest and the key's id.
+    #[arg(long, env = "ONCEGATE_AUDIT_SIGNING_KEY_FILE")]
+    pub audit_signing_key_file: Option<std::path::PathBuf>,
 }
 
 impl SealArgs {
@@ -600,7 +604,14 @@ impl SealArgs {
                 "ONCEGATE_AUDIT_SEAL_MAX_ROWS must be between 1 and 10000000",
             ));
         }
+        let signer = match &self.audit_signing_key_file {
+            Some(path) => Some(Arc::new(crate::seal::signing::SealSigner::load(path).map_err(
+                |e| ConfigError::new(format!("ONCEGATE_AUDIT_SIGNING_KEY_FILE: {e}")),
+            )?)),
+            None => None,
+        };
         Ok(SealSettings {
+            signer,
             wait: self.audit_seal_wait,
             max_rows: self.audit_seal_max_rows,
             instance,

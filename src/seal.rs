@@ -22,6 +22,7 @@
 
 pub mod canonical;
 pub mod export;
+pub mod signing;
 pub mod verify;
 
 use crate::error::StoreError;
@@ -41,6 +42,8 @@ pub struct SealSettings {
     pub max_rows: i64,
     /// Written into each seal (`sealed_by`).
     pub instance: Arc<str>,
+    /// Signs each seal's digest (`ONCEGATE_AUDIT_SIGNING_KEY_FILE`).
+    pub signer: Option<Arc<signing::SealSigner>>,
 }
 
 /// When `serve` seals and verifies.
@@ -179,7 +182,12 @@ impl Sealer {
         // A full seal ends at its last row; otherwise at the horizon (the
         // ids after the last row up to it are absent for good).
         let last_id = if capped { cursor.id } else { through };
-        Ok(builder.finish(head, last_id, &self.settings.instance))
+        let mut seal = builder.finish(head, last_id, &self.settings.instance);
+        if let (Some(seal), Some(signer)) = (seal.as_mut(), &self.settings.signer) {
+            seal.signature = Some(signer.sign(&seal.digest));
+            seal.key_id = Some(signer.key_id().to_string());
+        }
+        Ok(seal)
     }
 
     /// Last seal age and rows waiting.
@@ -236,7 +244,7 @@ pub async fn run_verifier(store: Arc<dyn Store>, interval: Duration, mut stop: S
         tokio::select! {
             _ = stop.requested() => return,
             _ = tick.tick() => {
-                match verify::verify_store(&*store, &TimeRange::default(), &mut |_, _| {}).await {
+                match verify::verify_store(&*store, &TimeRange::default(), None, &mut |_, _| {}).await {
                     Ok(report) => record_verification(&report),
                     Err(e) => tracing::warn!(error = %e, "verifying the audit trail failed"),
                 }

@@ -399,6 +399,10 @@ pub struct AuditSeal {
     pub digest: String,
     /// The first 4 bytes of each covered row's hash, in id order.
     pub row_tags: Vec<u8>,
+    /// Ed25519 signature (hex) over the digest, and the signing key's id
+    /// (`crate::seal::signing`); both absent on an unsigned seal.
+    pub signature: Option<String>,
+    pub key_id: Option<String>,
 }
 
 /// A lawful-purge record: audit rows of one seal (or rows no seal covered

@@ -1,9 +1,10 @@
-//! `oncegate audit seal | verify | export`: the sealed audit trail from the
+//! `oncegate audit seal | verify | export | keygen`: the sealed audit trail from the
 //! command line (README "Audit trail and retention").
 
 use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
 use crate::error::ConfigError;
 use crate::seal::export::{self, Target};
+use crate::seal::signing::{self, Keyring};
 use crate::seal::verify::{self, VerifyReport};
 use crate::seal::{SealRun, SealSettings, Sealer};
 use crate::store::{StoreSettings, TimeRange};
@@ -34,6 +35,17 @@ pub enum AuditCommand {
     Verify(VerifyArgs),
     /// Write sealed rows, their seals and purge records as JSON Lines.
     Export(ExportArgs),
+    /// Write a new Ed25519 seal-signing key: FILE (private, mode 0600) and
+    /// FILE.pub (public, for `verify --public-key`).
+    Keygen(KeygenArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeygenArgs {
+    /// The private key's path (never overwritten); the public key goes to
+    /// the same path with `.pub` appended.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -57,6 +69,12 @@ pub struct VerifyArgs {
     /// of the database.
     #[arg(long, conflicts_with_all = ["from", "to"])]
     pub export: Option<PathBuf>,
+    /// Check every seal's signature against these Ed25519 public keys (PEM,
+    /// from `audit keygen`; repeat for rotated keys): a seal with a bad
+    /// signature, by an unknown key, or unsigned after the first signed seal
+    /// is a mismatch.
+    #[arg(long = "public-key", value_name = "FILE")]
+    pub public_keys: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -74,8 +92,9 @@ pub struct ExportArgs {
 /// An `audit` subcommand with its settings resolved.
 pub enum AuditJob {
     Seal(StoreSettings, SealSettings),
-    Verify(Source, TimeRange),
+    Verify(Source, TimeRange, Option<Keyring>),
     Export(StoreSettings, TimeRange, PathBuf),
+    Keygen(PathBuf),
 }
 
 /// What `verify` reads.
@@ -99,11 +118,19 @@ impl AuditArgs {
                     Some(path) => Source::Export(path),
                     None => Source::Store(a.store.settings(AUDIT_POOL)?),
                 };
-                AuditJob::Verify(source, a.range.range()?)
+                let keys = match a.public_keys.is_empty() {
+                    true => None,
+                    false => Some(
+                        Keyring::load(&a.public_keys)
+                            .map_err(|e| ConfigError::new(format!("--public-key: {e}")))?,
+                    ),
+                };
+                AuditJob::Verify(source, a.range.range()?, keys)
             }
             AuditCommand::Export(a) => {
                 AuditJob::Export(a.store.settings(AUDIT_POOL)?, a.range.range()?, a.out)
             }
+            AuditCommand::Keygen(a) => AuditJob::Keygen(a.out),
         })
     }
 }
@@ -111,8 +138,17 @@ impl AuditArgs {
 pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
     match job {
         AuditJob::Seal(store, settings) => seal(store, settings).await,
-        AuditJob::Verify(source, range) => verify(source, range).await,
+        AuditJob::Verify(source, range, keys) => verify(source, range, keys).await,
         AuditJob::Export(store, range, out) => export(store, range, out).await,
+        AuditJob::Keygen(out) => {
+            let id = signing::keygen(&out).map_err(anyhow::Error::msg)?;
+            println!(
+                "wrote {} (private, mode 0600) and {} (public); key id {id}",
+                out.display(),
+                signing::public_path(&out).display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -164,16 +200,16 @@ fn progress(what: &'static str) -> impl FnMut(u64, u64) + Send {
     }
 }
 
-async fn verify(source: Source, range: TimeRange) -> anyhow::Result<ExitCode> {
+async fn verify(source: Source, range: TimeRange, keys: Option<Keyring>) -> anyhow::Result<ExitCode> {
     let mut progress = progress("verify");
     let report: VerifyReport = match source {
         Source::Store(settings) => {
             let store = super::open_store(&settings).await?;
-            verify::verify_store(&*store, &range, &mut progress)
+            verify::verify_store(&*store, &range, keys, &mut progress)
                 .await
                 .context("verifying the audit trail")?
         }
-        Source::Export(path) => export::verify_export(&path, &mut progress)
+        Source::Export(path) => export::verify_export(&path, keys, &mut progress)
             .await
             .with_context(|| format!("verifying the export {}", path.display()))?,
     };

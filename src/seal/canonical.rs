@@ -118,6 +118,9 @@ pub struct SealText {
     pub prev_digest: String,
     pub digest: String,
     pub row_tags: Vec<u8>,
+    /// Not hashed: the signature over the digest, and its key id.
+    pub signature: Option<String>,
+    pub key_id: Option<String>,
 }
 
 impl SealText {
@@ -167,6 +170,8 @@ impl From<&AuditSeal> for SealText {
             prev_digest: s.prev_digest.clone(),
             digest: s.digest.clone(),
             row_tags: s.row_tags.clone(),
+            signature: s.signature.clone(),
+            key_id: s.key_id.clone(),
         }
     }
 }
@@ -270,6 +275,8 @@ impl SealBuilder {
             prev_digest: head.digest.clone(),
             digest: String::new(),
             row_tags: self.hashes.iter().flat_map(|h| h[..4].to_vec()).collect(),
+            signature: None,
+            key_id: None,
         };
         seal.digest = SealText::from(&seal).digest_over(&self.hashes);
         Some(seal)

@@ -11,6 +11,7 @@
 //! `audit-YYYY-MM.jsonl`, each complete in itself.
 
 use super::canonical::{RowText, SealText};
+use super::signing::Keyring;
 use super::verify::{Checker, VerifyReport};
 use crate::error::StoreError;
 use crate::store::{AuditPurge, AuditRecord, AuditSeal, RowCursor, Store, TimeRange};
@@ -80,6 +81,11 @@ struct SealLine {
     digest: String,
     /// Hex.
     row_tags: String,
+    /// Absent on an unsigned seal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -122,6 +128,8 @@ impl From<&AuditSeal> for SealLine {
             prev_digest: t.prev_digest,
             digest: t.digest,
             row_tags: hex::encode(&t.row_tags),
+            signature: t.signature,
+            key_id: t.key_id,
         }
     }
 }
@@ -141,6 +149,8 @@ impl SealLine {
             sealed_by: self.sealed_by,
             prev_digest: self.prev_digest,
             digest: self.digest,
+            signature: self.signature,
+            key_id: self.key_id,
         })
     }
 }
@@ -414,6 +424,7 @@ struct Pending {
 /// An export's lines fed to the checker, seal by seal.
 #[derive(Default)]
 struct Replay {
+    keys: Option<Keyring>,
     checker: Option<Checker>,
     pending: Option<Pending>,
     /// The last seal any header lists.
@@ -424,9 +435,10 @@ struct Replay {
 impl Replay {
     fn line(&mut self, line: Line) -> Result<(), String> {
         // A whole-chain export's first header lists seal 1.
-        let checker = self
-            .checker
-            .get_or_insert_with(|| Checker::new(matches!(&line, Line::Header(h) if h.first_seal == 1)));
+        let keys = &self.keys;
+        let checker = self.checker.get_or_insert_with(|| {
+            Checker::new(matches!(&line, Line::Header(h) if h.first_seal == 1)).with_keys(keys.clone())
+        });
         match line {
             Line::Header(h) => self.last_listed = self.last_listed.max(h.last_seal),
             Line::Seal(s) => {
@@ -455,7 +467,9 @@ impl Replay {
     }
 
     fn finish(self) -> VerifyReport {
-        let mut checker = self.checker.unwrap_or_else(|| Checker::new(false));
+        let mut checker = self
+            .checker
+            .unwrap_or_else(|| Checker::new(false).with_keys(self.keys));
         if let Some(p) = self.pending {
             checker.seal(&p.seal, &p.rows, &p.purges);
         }
@@ -471,9 +485,13 @@ impl Replay {
 /// (rows read, 0).
 pub async fn verify_export(
     path: &Path,
+    keys: Option<Keyring>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<VerifyReport, ExportError> {
-    let mut replay = Replay::default();
+    let mut replay = Replay {
+        keys,
+        ..Replay::default()
+    };
     for file in export_files(path).await? {
         let reader = tokio::fs::File::open(&file).await.map_err(io(&file))?;
         let mut lines = tokio::io::BufReader::new(reader).lines();

@@ -14,6 +14,7 @@
 //! can no longer be recomputed, but its link to the next seal still holds.
 
 use super::canonical::{RowText, SealText};
+use super::signing::{Keyring, SignatureProblem};
 use crate::error::StoreError;
 use crate::store::shared::{GENESIS_DIGEST, IdRanges};
 use crate::store::{AuditPurge, RowCursor, RowSpan, Store, TimeRange};
@@ -43,6 +44,12 @@ pub enum Finding {
     SealsMissing { after: i64, next: i64, ids: (i64, i64) },
     /// An export ends before the last seal its header lists.
     ExportTruncated { after: i64, last: i64 },
+    /// The seal's signature does not hold under the given public keys.
+    SignatureBad { seal: i64, why: String },
+    /// The seal carries no signature although an earlier one did.
+    SignatureMissing { seal: i64, first_signed: i64 },
+    /// Public keys were given, but no seal checked carries a signature.
+    NothingSigned,
 }
 
 impl fmt::Display for Finding {
@@ -88,6 +95,15 @@ impl fmt::Display for Finding {
                 next - 1,
                 ids.0,
                 ids.1
+            ),
+            Self::SignatureBad { seal, why } => write!(f, "seal {seal} signature refused: {why}"),
+            Self::SignatureMissing { seal, first_signed } => write!(
+                f,
+                "seal {seal} unsigned: seal {first_signed} and every seal after it must carry a signature"
+            ),
+            Self::NothingSigned => write!(
+                f,
+                "no seal carries a signature although --public-key was given (signatures stripped, or signing never enabled)"
             ),
             Self::ExportTruncated { after, last } => write!(
                 f,
@@ -146,6 +162,9 @@ struct Prev {
 /// The checking, fed seal by seal in order (from the store or an export).
 pub struct Checker {
     from_genesis: bool,
+    /// Signatures are checked when keys are given.
+    keys: Option<Keyring>,
+    first_signed: Option<i64>,
     prev: Option<Prev>,
     report: VerifyReport,
 }
@@ -156,8 +175,48 @@ impl Checker {
     pub fn new(from_genesis: bool) -> Self {
         Self {
             from_genesis,
+            keys: None,
+            first_signed: None,
             prev: None,
             report: VerifyReport::default(),
+        }
+    }
+
+    /// Checks every seal's signature against `keys` (none: signatures are
+    /// not checked).
+    pub fn with_keys(mut self, keys: Option<Keyring>) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The seal's signature, when keys are given.
+    fn signature(&mut self, seal: &SealText) {
+        let Some(keys) = &self.keys else { return };
+        let finding = match (&seal.signature, &seal.key_id) {
+            (Some(sig), Some(id)) => {
+                self.first_signed.get_or_insert(seal.seq);
+                match keys.check(id, sig, &seal.digest) {
+                    Ok(()) => None,
+                    Err(SignatureProblem::UnknownKey(id)) => Some(Finding::SignatureBad {
+                        seal: seal.seq,
+                        why: format!("signed by key {id}, which is not among the given public keys"),
+                    }),
+                    Err(SignatureProblem::Invalid(why)) => {
+                        Some(Finding::SignatureBad { seal: seal.seq, why })
+                    }
+                }
+            }
+            (None, None) => self.first_signed.map(|first_signed| Finding::SignatureMissing {
+                seal: seal.seq,
+                first_signed,
+            }),
+            _ => Some(Finding::SignatureBad {
+                seal: seal.seq,
+                why: "it carries a signature or a key id without the other".into(),
+            }),
+        };
+        if let Some(f) = finding {
+            self.find(f);
         }
     }
 
@@ -181,6 +240,7 @@ impl Checker {
     /// `(id, at)` order) and its purge records.
     pub fn seal(&mut self, seal: &SealText, rows: &[RowText], purges: &[AuditPurge]) {
         let mut why = Vec::new();
+        self.signature(seal);
         self.link(seal, &mut why);
         let mut recomputed = None;
         match shape(seal) {
@@ -374,6 +434,9 @@ impl Checker {
     /// The report, with what no seal covers yet and what was purged before
     /// a seal covered it.
     pub fn finish(mut self, unsealed: Option<RowSpan>, purged_unsealed_rows: i64) -> VerifyReport {
+        if self.keys.is_some() && self.first_signed.is_none() && self.report.seals_checked > 0 {
+            self.find(Finding::NothingSigned);
+        }
         self.report.unsealed = unsealed;
         self.report.purged_unsealed_rows = purged_unsealed_rows;
         self.report
@@ -458,10 +521,11 @@ const SEAL_PAGE: i64 = 64;
 pub async fn verify_store(
     store: &dyn Store,
     range: &TimeRange,
+    keys: Option<Keyring>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<VerifyReport, StoreError> {
     let full = range.is_unbounded();
-    let mut checker = Checker::new(full);
+    let mut checker = Checker::new(full).with_keys(keys);
     if full {
         for row in store.audit_rows(RowCursor::after_id(i64::MIN), 0, 100).await? {
             checker.outside(&RowText::from(&row));

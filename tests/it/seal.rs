@@ -28,6 +28,7 @@ on_both_stores!(
     long_transactions_committing_out_of_id_order_never_get_a_row_skipped_or_sealed_twice,
     a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_is_missing,
     a_seal_that_no_longer_follows_the_chain_or_its_rows_is_not_appended,
+    an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -38,6 +39,7 @@ fn settings(max_rows: i64, wait: Duration) -> SealSettings {
         wait,
         max_rows,
         instance: Arc::from(unique("sealer-")),
+        signer: None,
     }
 }
 
@@ -56,7 +58,7 @@ async fn seal_all(sealer: &Sealer) -> SealRun {
 }
 
 async fn verify(store: &dyn Store) -> VerifyReport {
-    verify_store(store, &TimeRange::default(), &mut |_, _| {})
+    verify_store(store, &TimeRange::default(), None, &mut |_, _| {})
         .await
         .expect("verify")
 }
@@ -429,7 +431,7 @@ fn row_line(src: &Path, id: i64) -> usize {
 }
 
 async fn verify_file(path: &Path) -> VerifyReport {
-    export::verify_export(path, &mut |_, _| {})
+    export::verify_export(path, None, &mut |_, _| {})
         .await
         .expect("readable export")
 }
@@ -862,7 +864,9 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
         from: Some(days_ago(10)),
         to: None,
     };
-    let ranged = verify_store(&*store, &recent, &mut |_, _| {}).await.unwrap();
+    let ranged = verify_store(&*store, &recent, None, &mut |_, _| {})
+        .await
+        .unwrap();
     let seal1 = db.scalar("SELECT count(*) FROM audit_seals WHERE seq = 1").await;
     assert_eq!(seal1, 1);
     assert!(ranged.is_clean(), "{ranged}");
@@ -1140,4 +1144,127 @@ async fn the_sealer_refuses_two_rows_with_one_id_and_a_caching_sequence() {
     db.exec("ALTER SEQUENCE audit_log_id_seq CACHE 10").await;
     let err = sealer(store, 100).step().await.unwrap_err().to_string();
     assert!(err.contains("caches values"), "{err}");
+}
+
+/// Signed seals against the owner's re-seal: four signed seals verify clean
+/// with and without the public key. Then, as the owner past the guards, row
+/// 3's award id is changed and every row tag, digest and previous digest is
+/// recomputed from the published encoding and written back: the hash chain
+/// alone verifies clean (exit 0), `--public-key` refuses it (exit 65,
+/// naming seal 1, the changed one, first). A key that did not sign the
+/// seals refuses them too.
+async fn an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key(kind: Kind) {
+    use oncegate::seal::canonical::{RowText, SealText};
+    use oncegate::seal::signing::{self, Keyring};
+    let db = TestDb::new(kind).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("seal.key");
+    let other = dir.path().join("other.key");
+    let (code, out) = binary(&["audit", "keygen", "--out", key.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions()) & 0o777,
+        0o600
+    );
+    signing::keygen(&other).unwrap();
+    let (public, other_public) = (signing::public_path(&key), signing::public_path(&other));
+    let store = db.open().await;
+    append(&*store, "A", 40, OffsetDateTime::now_utc()).await;
+    let mut signed = settings(10, Duration::from_secs(5));
+    signed.signer = Some(Arc::new(signing::SealSigner::load(&key).unwrap()));
+    seal_all(&Sealer::new(store.clone(), signed)).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM audit_seals WHERE signature IS NOT NULL")
+            .await,
+        4
+    );
+    let keys = Keyring::load(std::slice::from_ref(&public)).unwrap();
+    let verify_with = |keys: Option<Keyring>| {
+        let store = store.clone();
+        async move {
+            verify_store(&*store, &TimeRange::default(), keys, &mut |_, _| {})
+                .await
+                .unwrap()
+        }
+    };
+    assert!(verify_with(Some(keys.clone())).await.is_clean());
+    let with_key = [
+        "audit",
+        "verify",
+        "--database-url",
+        &db.url,
+        "--public-key",
+        public.to_str().unwrap(),
+    ];
+    let (code, out) = binary(&with_key).await;
+    assert_eq!(code, 0, "{out}");
+
+    // The owner's re-seal, from the published encoding.
+    as_owner(&db, "UPDATE audit_log SET award_id = 'FORGED' WHERE id = 3").await;
+    let mut prev = "0".repeat(64);
+    for seal in store.audit_seals(1, 100).await.unwrap() {
+        let rows = store
+            .audit_rows(
+                oncegate::store::RowCursor::after_id(seal.first_id - 1),
+                seal.last_id,
+                100,
+            )
+            .await
+            .unwrap();
+        let hashes: Vec<[u8; 32]> = rows.iter().map(|r| RowText::from(r).hash()).collect();
+        let mut text = SealText::from(&seal);
+        text.prev_digest = prev.clone();
+        let digest = text.digest_over(&hashes);
+        let tags = hex::encode(hashes.iter().flat_map(|h| h[..4].to_vec()).collect::<Vec<u8>>());
+        let tags = match kind {
+            Kind::Postgres => format!("'\\x{tags}'::bytea"),
+            Kind::Sqlite => format!("X'{tags}'"),
+        };
+        as_owner(
+            &db,
+            &format!(
+                "UPDATE audit_seals SET prev_digest = '{prev}', digest = '{digest}', row_tags = {tags} \
+                 WHERE seq = {}",
+                seal.seq
+            ),
+        )
+        .await;
+        prev = digest;
+    }
+    assert!(
+        verify(&*store).await.is_clean(),
+        "the hash chain alone cannot tell"
+    );
+    let (code, out) = binary(&["audit", "verify", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    let report = verify_with(Some(keys)).await;
+    assert!(
+        matches!(
+            report.findings.first(),
+            Some(Finding::SignatureBad { seal: 1, .. })
+        ),
+        "{:?}",
+        report.findings
+    );
+    assert_eq!(
+        report.findings_total, 4,
+        "every re-sealed seal: {:?}",
+        report.findings
+    );
+    let (code, out) = binary(&with_key).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(out.contains("first mismatch: seal 1 signature refused"), "{out}");
+
+    // Another key: every seal refused, by name.
+    let (code, out) = binary(&[
+        "audit",
+        "verify",
+        "--database-url",
+        &db.url,
+        "--public-key",
+        other_public.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, 65, "{out}");
+    assert!(out.contains("seal 1 signature refused: signed by key"), "{out}");
 }

@@ -140,7 +140,7 @@ pub(super) async fn audit_rows_after(
 }
 
 const SEAL_COLUMNS: &str = "seq, first_id, last_id, row_count, absent_ids, min_at, max_at, sealed_at, \
-     sealed_by, prev_digest, digest, row_tags";
+     sealed_by, prev_digest, digest, row_tags, signature, key_id";
 
 fn audit_seal(r: &PgRow) -> Result<AuditSeal, sqlx::Error> {
     Ok(AuditSeal {
@@ -156,6 +156,8 @@ fn audit_seal(r: &PgRow) -> Result<AuditSeal, sqlx::Error> {
         prev_digest: r.try_get("prev_digest")?,
         digest: r.try_get("digest")?,
         row_tags: r.try_get("row_tags")?,
+        signature: r.try_get("signature")?,
+        key_id: r.try_get("key_id")?,
     })
 }
 
@@ -219,7 +221,7 @@ pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result
         return Ok(false);
     }
     let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
     )))
     .bind(seal.seq)
     .bind(seal.first_id)
@@ -233,6 +235,8 @@ pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result
     .bind(&seal.prev_digest)
     .bind(&seal.digest)
     .bind(&seal.row_tags)
+    .bind(&seal.signature)
+    .bind(&seal.key_id)
     .execute(&mut *tx)
     .await;
     match inserted {

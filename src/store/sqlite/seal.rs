@@ -97,7 +97,7 @@ pub(super) async fn audit_rows_after(
 }
 
 const SEAL_COLUMNS: &str = "seq, first_id, last_id, row_count, absent_ids, min_at, max_at, sealed_at, \
-     sealed_by, prev_digest, digest, row_tags";
+     sealed_by, prev_digest, digest, row_tags, signature, key_id";
 
 fn audit_seal(r: &SqliteRow) -> Result<AuditSeal, sqlx::Error> {
     Ok(AuditSeal {
@@ -113,6 +113,8 @@ fn audit_seal(r: &SqliteRow) -> Result<AuditSeal, sqlx::Error> {
         prev_digest: r.try_get("prev_digest")?,
         digest: r.try_get("digest")?,
         row_tags: r.try_get("row_tags")?,
+        signature: r.try_get("signature")?,
+        key_id: r.try_get("key_id")?,
     })
 }
 
@@ -182,7 +184,7 @@ pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> 
         return Ok(false);
     }
     sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
     )))
     .bind(seal.seq)
     .bind(seal.first_id)
@@ -196,6 +198,8 @@ pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> 
     .bind(&seal.prev_digest)
     .bind(&seal.digest)
     .bind(&seal.row_tags)
+    .bind(&seal.signature)
+    .bind(&seal.key_id)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
