@@ -43,6 +43,8 @@ pub struct AppConfig {
     pub migrate_on_start: bool,
     /// Refuse to start when the database role is privileged.
     pub require_least_privilege: bool,
+    /// Refuse to start unless commits wait for a synchronous standby.
+    pub require_sync_replica: bool,
     /// How long start-up waits for the store to become reachable.
     pub startup_timeout: Duration,
     pub listen: SocketAddr,
@@ -158,6 +160,50 @@ async fn check_privileges(store: &dyn Store, require: bool) -> anyhow::Result<()
     Ok(())
 }
 
+/// Says at start whether an acknowledged commit is on a synchronous standby
+/// (log line and `oncegate_db_sync_replica`); with `require`, a primary that
+/// acknowledges before a standby has the commit is a configuration error
+/// (exit 64): a failover to its standby would lose claims already answered.
+async fn check_replication(store: &dyn Store, require: bool) -> anyhow::Result<()> {
+    let Some(r) = store
+        .replication()
+        .await
+        .context("reading the database's replication settings")?
+    else {
+        return Ok(());
+    };
+    let sync = r.is_synchronous();
+    metrics::gauge!("oncegate_db_sync_replica").set(if sync { 1.0 } else { 0.0 });
+    let connected = r
+        .sync_standbys
+        .map_or_else(|| "unknown".to_string(), |n| n.to_string());
+    if sync {
+        tracing::info!(
+            synchronous_standby_names = %r.standby_names,
+            synchronous_commit = %r.synchronous_commit,
+            sync_standbys_connected = %connected,
+            "commits wait for a synchronous standby"
+        );
+        return Ok(());
+    }
+    if require {
+        return Err(ConfigError(format!(
+            "ONCEGATE_REQUIRE_SYNC_REPLICA is set but the database acknowledges commits without a \
+             synchronous standby (synchronous_standby_names = {:?}, synchronous_commit = {:?}); \
+             a failover would lose claims already answered: name a standby in \
+             synchronous_standby_names and keep synchronous_commit on (or remote_apply)",
+            r.standby_names, r.synchronous_commit
+        ))
+        .into());
+    }
+    tracing::warn!(
+        synchronous_standby_names = %r.standby_names,
+        synchronous_commit = %r.synchronous_commit,
+        "commits are not waiting for a synchronous standby: a failover can lose acknowledged claims"
+    );
+    Ok(())
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -209,6 +255,7 @@ impl App {
         let store = store::open(&config.store).await.context("opening the store")?;
         prepare_store(&*store, config.migrate_on_start, config.startup_timeout).await?;
         check_privileges(&*store, config.require_least_privilege).await?;
+        check_replication(&*store, config.require_sync_replica).await?;
         crate::retention::check_floor(&*store, &config.retention).await?;
         let redis = match &config.redis {
             Some(settings) => Some(Arc::new(

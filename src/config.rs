@@ -144,6 +144,13 @@ pub struct ServeArgs {
     /// retention floor. The Helm chart sets it whenever Postgres is used.
     #[arg(long, env = "ONCEGATE_REQUIRE_LEAST_PRIVILEGE", default_value_t = false, action = clap::ArgAction::Set)]
     pub require_least_privilege: bool,
+    /// Refuse to start (exit 64) unless the Postgres primary acknowledges a
+    /// commit only once a synchronous standby has it
+    /// (`synchronous_standby_names` set, `synchronous_commit` on,
+    /// remote_write or remote_apply): otherwise a failover can lose claims
+    /// whose consumers have already acked their broker.
+    #[arg(long, env = "ONCEGATE_REQUIRE_SYNC_REPLICA", default_value_t = false, action = clap::ArgAction::Set)]
+    pub require_sync_replica: bool,
     /// Written to audit rows (default: the host name).
     #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
@@ -722,12 +729,19 @@ impl ServeArgs {
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
         let store = self.store.settings(u32::MAX)?;
         self.check_least_privilege(&store)?;
+        if self.require_sync_replica && store.url.starts_with("sqlite://") {
+            return Err(ConfigError::new(
+                "ONCEGATE_REQUIRE_SYNC_REPLICA needs Postgres (DATABASE_URL): the embedded SQLite \
+                 file has no standby",
+            ));
+        }
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
             reconcile: self.reconcile_settings(&retention, &instance)?,
             reconcile_interval: self.reconcile_interval(&store.url),
             retention,
             require_least_privilege: self.require_least_privilege,
+            require_sync_replica: self.require_sync_replica,
             store,
             migrate_on_start: self.migrate_on_start,
             startup_timeout: self.startup_timeout,

@@ -471,6 +471,23 @@ impl Store for PostgresStore {
         Ok(Some(excess))
     }
 
+    async fn replication(&self) -> Result<Option<Replication>, StoreError> {
+        let (standby_names, synchronous_commit, sync_standbys): (String, String, Option<i64>) =
+            sqlx::query_as(
+                "SELECT current_setting('synchronous_standby_names'), current_setting('synchronous_commit'), \
+             (SELECT CASE WHEN count(*) FILTER (WHERE sync_state IS NULL) > 0 THEN NULL \
+                     ELSE count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) END \
+              FROM pg_stat_replication)",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Some(Replication {
+            standby_names,
+            synchronous_commit,
+            sync_standbys,
+        }))
+    }
+
     async fn grant_app_role(&self, role: &str) -> Result<(), StoreError> {
         sqlx::query("SELECT oncegate_grant_app_role($1)")
             .bind(role)

@@ -21,6 +21,7 @@ macro_rules! on_both_stores {
 mod chaos;
 mod cluster;
 mod effects;
+mod failover;
 mod hardening;
 mod helpers;
 mod hostile;
