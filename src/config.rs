@@ -717,24 +717,11 @@ fn at_least_one(value: usize, name: &str) -> Result<(), ConfigError> {
 impl ServeArgs {
     /// Everything `serve` runs with, checked.
     pub fn app_config(&self) -> Result<AppConfig, ConfigError> {
-        at_least_one(self.group_commit_max_batch, "ONCEGATE_GROUP_COMMIT_MAX_BATCH")?;
-        at_least_one(self.group_commit_workers, "ONCEGATE_GROUP_COMMIT_WORKERS")?;
-        at_least_one(self.max_in_flight, "ONCEGATE_MAX_IN_FLIGHT")?;
-        at_least_one(self.max_batch_items, "ONCEGATE_MAX_BATCH_ITEMS")?;
-        if self.max_payload_bytes > self.max_message_bytes {
-            return Err(ConfigError::new(
-                "ONCEGATE_MAX_PAYLOAD_BYTES must not exceed ONCEGATE_MAX_MESSAGE_BYTES",
-            ));
-        }
+        self.check_limits()?;
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
         let store = self.store.settings(u32::MAX)?;
         self.check_least_privilege(&store)?;
-        if self.require_sync_replica && store.url.starts_with("sqlite://") {
-            return Err(ConfigError::new(
-                "ONCEGATE_REQUIRE_SYNC_REPLICA needs Postgres (DATABASE_URL): the embedded SQLite \
-                 file has no standby",
-            ));
-        }
+        self.check_sync_replica(&store)?;
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
             reconcile: self.reconcile_settings(&retention, &instance)?,
@@ -780,6 +767,31 @@ impl ServeArgs {
             effects: self.effects.settings(self.l1_ttl)?,
             instance,
         })
+    }
+
+    /// The numeric limits: each at least one, and a payload that fits a message.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        at_least_one(self.group_commit_max_batch, "ONCEGATE_GROUP_COMMIT_MAX_BATCH")?;
+        at_least_one(self.group_commit_workers, "ONCEGATE_GROUP_COMMIT_WORKERS")?;
+        at_least_one(self.max_in_flight, "ONCEGATE_MAX_IN_FLIGHT")?;
+        at_least_one(self.max_batch_items, "ONCEGATE_MAX_BATCH_ITEMS")?;
+        if self.max_payload_bytes > self.max_message_bytes {
+            return Err(ConfigError::new(
+                "ONCEGATE_MAX_PAYLOAD_BYTES must not exceed ONCEGATE_MAX_MESSAGE_BYTES",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ONCEGATE_REQUIRE_SYNC_REPLICA` asks for a standby only Postgres has.
+    fn check_sync_replica(&self, store: &StoreSettings) -> Result<(), ConfigError> {
+        if self.require_sync_replica && store.url.starts_with("sqlite://") {
+            return Err(ConfigError::new(
+                "ONCEGATE_REQUIRE_SYNC_REPLICA needs Postgres (DATABASE_URL): the embedded SQLite \
+                 file has no standby",
+            ));
+        }
+        Ok(())
     }
 
     /// The scheduled reconcile: this sidecar's retention windows and broker.

@@ -355,8 +355,6 @@ def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves
         time.sleep(0.2)
 
 
-@pytest.mark.xfail(strict=True, reason="the outbox gauges are not refreshed while the relay is paused (issue 29): "
-                   "oncegate_outbox_oldest_age_seconds stays at its last value; remove this mark with that fix")
 def test_outbox_events_waiting_during_an_outage_goes_pending_then_firing(live):
     live.stop_redis()
     try:

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -39,16 +39,11 @@ impl KafkaLog {
 
 type Read = (Vec<BrokerEntry>, Option<OffsetDateTime>);
 
-fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "oncegate-reconcile")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("log_level", "3")
-        .create()
-        .map_err(|e| format!("creating the Kafka consumer: {e}"))?;
+/// Where each non-empty partition of `topic` ends, assigned to `consumer`
+/// from its beginning; and whether retention has deleted any records.
+type Ends = (HashMap<i32, i64>, bool);
+
+fn assign_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Ends, String> {
     let metadata = consumer
         .fetch_metadata(Some(topic), BROKER_TIMEOUT)
         .map_err(|e| format!("reading Kafka metadata: {e}"))?;
@@ -57,7 +52,7 @@ fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
         .iter()
         .find(|t| t.name() == topic && t.error().is_none())
     else {
-        return Ok((Vec::new(), None));
+        return Ok((HashMap::new(), false));
     };
     let mut assignment = TopicPartitionList::new();
     let mut ends: HashMap<i32, i64> = HashMap::new();
@@ -74,12 +69,44 @@ fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
                 .map_err(|e| e.to_string())?;
         }
     }
+    if !ends.is_empty() {
+        consumer.assign(&assignment).map_err(|e| e.to_string())?;
+    }
+    Ok((ends, trimmed))
+}
+
+/// One record as the reconcile compares it.
+fn entry_of(m: &BorrowedMessage<'_>) -> BrokerEntry {
+    let header = |name: &str| {
+        m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
+        })
+    };
+    BrokerEntry {
+        position: format!("partition {} offset {}", m.partition(), m.offset()),
+        event_id: header("event_id"),
+        award_id: header("award_id"),
+        sequence: header("sequence"),
+        event_type: header("event_type"),
+        body: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
+    }
+}
+
+fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "oncegate-reconcile")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("log_level", "3")
+        .create()
+        .map_err(|e| format!("creating the Kafka consumer: {e}"))?;
+    let (mut ends, trimmed) = assign_partitions(&consumer, topic)?;
     let mut entries = Vec::new();
     let mut oldest: Option<i64> = None;
-    if ends.is_empty() {
-        return Ok((entries, None));
-    }
-    consumer.assign(&assignment).map_err(|e| e.to_string())?;
     let mut last_progress = Instant::now();
     while !ends.is_empty() {
         if last_progress.elapsed() > BROKER_TIMEOUT {
@@ -89,24 +116,10 @@ fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
             None => {}
             Some(Ok(m)) => {
                 last_progress = Instant::now();
-                let header = |name: &str| {
-                    m.headers().and_then(|h| {
-                        h.iter()
-                            .find(|h| h.key == name)
-                            .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
-                    })
-                };
                 if let Some(ms) = m.timestamp().to_millis() {
                     oldest = Some(oldest.map_or(ms, |o| o.min(ms)));
                 }
-                entries.push(BrokerEntry {
-                    position: format!("partition {} offset {}", m.partition(), m.offset()),
-                    event_id: header("event_id"),
-                    award_id: header("award_id"),
-                    sequence: header("sequence"),
-                    event_type: header("event_type"),
-                    body: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
-                });
+                entries.push(entry_of(&m));
                 if ends.get(&m.partition()).is_some_and(|end| m.offset() + 1 >= *end) {
                     ends.remove(&m.partition());
                 }

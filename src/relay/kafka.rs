@@ -35,7 +35,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -116,6 +116,18 @@ impl KafkaSink {
 
     fn lock_unmarked(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
         self.unmarked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The mark record's value: every event a committed transaction carried
+    /// that is not marked published yet, and this batch's.
+    fn mark(&self, events: &[&OutboxEvent]) -> Vec<u8> {
+        let mut ids: Vec<Uuid> = self.lock_unmarked().iter().copied().collect();
+        ids.extend(events.iter().map(|e| e.event_id));
+        serde_json::to_vec(&Mark {
+            transactional_id: self.transactional_id.clone(),
+            events: ids,
+        })
+        .expect("a mark serialises")
     }
 
     fn producer_config(&self) -> ClientConfig {
@@ -253,6 +265,83 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .expect("a librdkafka call panicked")
 }
 
+/// Aborts the open transaction; a producer that cannot abort is dropped, so
+/// the next connect fences it and settles.
+async fn abort_or_forget(slot: &mut Option<FutureProducer>, producer: FutureProducer) {
+    if blocking(move || producer.abort_transaction(PUBLISH_TIMEOUT))
+        .await
+        .is_err()
+    {
+        *slot = None;
+    }
+}
+
+/// The headers every event record carries.
+fn event_headers(event: &OutboxEvent) -> OwnedHeaders {
+    let (id, sequence) = (event.event_id.to_string(), event.sequence.to_string());
+    OwnedHeaders::new()
+        .insert(Header {
+            key: "event_id",
+            value: Some(&id),
+        })
+        .insert(Header {
+            key: "event_type",
+            value: Some(&event.event_type),
+        })
+        .insert(Header {
+            key: "award_id",
+            value: Some(&event.award_id),
+        })
+        .insert(Header {
+            key: "sequence",
+            value: Some(&sequence),
+        })
+}
+
+fn rejected(index: usize, e: &KafkaError) -> TransactionFailure {
+    TransactionFailure {
+        index: Some(index),
+        error: PublishError::Rejected(format!("Kafka refused the record: {e}")),
+    }
+}
+
+/// After a failed commit: which event record the broker refused, if one did.
+async fn refused_record(deliveries: Vec<(Option<usize>, DeliveryFuture)>) -> Option<(usize, KafkaError)> {
+    for (i, delivery) in deliveries {
+        if let Ok(Ok(Err((err, _)))) = tokio::time::timeout(Duration::from_millis(100), delivery).await
+            && let Some(i) = i
+            && record_refused(&err)
+        {
+            return Some((i, err));
+        }
+    }
+    None
+}
+
+/// After a failed commit: the record the broker refused, or the outage.
+async fn commit_failed(
+    slot: &mut Option<FutureProducer>,
+    producer: FutureProducer,
+    e: &KafkaError,
+    deliveries: Vec<(Option<usize>, DeliveryFuture)>,
+) -> TransactionFailure {
+    let refused = refused_record(deliveries).await;
+    // The outcome may be unknown (a timeout): start afresh, so the next
+    // connect fences this producer and settles.
+    if matches!(e, KafkaError::Transaction(t) if t.txn_requires_abort()) {
+        abort_or_forget(slot, producer).await;
+    } else {
+        *slot = None;
+    }
+    match refused {
+        Some((i, err)) => rejected(i, &err),
+        None => TransactionFailure {
+            index: None,
+            error: unavailable("committing the Kafka transaction", e),
+        },
+    }
+}
+
 #[async_trait]
 impl Sink for KafkaSink {
     fn name(&self) -> &'static str {
@@ -300,19 +389,7 @@ impl Sink for KafkaSink {
             *slot = None;
             return Err(outage(unavailable("beginning a Kafka transaction", &e)));
         }
-        let abort = |producer: FutureProducer| async move {
-            let p = producer.clone();
-            blocking(move || p.abort_transaction(PUBLISH_TIMEOUT)).await
-        };
-        let mark = {
-            let mut ids: Vec<Uuid> = self.lock_unmarked().iter().copied().collect();
-            ids.extend(events.iter().map(|e| e.event_id));
-            serde_json::to_vec(&Mark {
-                transactional_id: self.transactional_id.clone(),
-                events: ids,
-            })
-            .expect("a mark serialises")
-        };
+        let mark = self.mark(events);
         let mut deliveries = Vec::with_capacity(events.len() + 1);
         let record = FutureRecord::to(&self.marks_topic)
             .key(self.transactional_id.as_bytes())
@@ -320,46 +397,21 @@ impl Sink for KafkaSink {
         match producer.send_result(record) {
             Ok(d) => deliveries.push((None, d)),
             Err((e, _)) => {
-                if abort(producer).await.is_err() {
-                    *slot = None;
-                }
+                abort_or_forget(&mut slot, producer).await;
                 return Err(outage(unavailable("producing the relay mark", &e)));
             }
         }
         for (i, event) in events.iter().enumerate() {
-            let (id, sequence) = (event.event_id.to_string(), event.sequence.to_string());
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: "event_id",
-                    value: Some(&id),
-                })
-                .insert(Header {
-                    key: "event_type",
-                    value: Some(&event.event_type),
-                })
-                .insert(Header {
-                    key: "award_id",
-                    value: Some(&event.award_id),
-                })
-                .insert(Header {
-                    key: "sequence",
-                    value: Some(&sequence),
-                });
             let record = FutureRecord::to(&self.topic)
                 .key(event.award_id.as_bytes())
                 .payload(event.payload.as_bytes())
-                .headers(headers);
+                .headers(event_headers(event));
             match producer.send_result(record) {
                 Ok(d) => deliveries.push((Some(i), d)),
                 Err((e, _)) => {
-                    if abort(producer).await.is_err() {
-                        *slot = None;
-                    }
+                    abort_or_forget(&mut slot, producer).await;
                     if record_refused(&e) {
-                        return Err(TransactionFailure {
-                            index: Some(i),
-                            error: PublishError::Rejected(format!("Kafka refused the record: {e}")),
-                        });
+                        return Err(rejected(i, &e));
                     }
                     return Err(outage(unavailable("producing to Kafka", &e)));
                 }
@@ -372,33 +424,7 @@ impl Sink for KafkaSink {
                 self.lock_unmarked().extend(events.iter().map(|e| e.event_id));
                 Ok(())
             }
-            Err(e) => {
-                // Which record the broker refused, if one did.
-                let mut refused = None;
-                for (i, delivery) in deliveries {
-                    if let Ok(Ok(Err((err, _)))) =
-                        tokio::time::timeout(Duration::from_millis(100), delivery).await
-                        && let Some(i) = i
-                        && record_refused(&err)
-                    {
-                        refused = Some((i, err));
-                        break;
-                    }
-                }
-                // The outcome may be unknown (a timeout): start afresh, so
-                // the next connect fences this producer and settles.
-                let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
-                if !abortable || abort(producer).await.is_err() {
-                    *slot = None;
-                }
-                Err(match refused {
-                    Some((i, err)) => TransactionFailure {
-                        index: Some(i),
-                        error: PublishError::Rejected(format!("Kafka refused the record: {err}")),
-                    },
-                    None => outage(unavailable("committing the Kafka transaction", &e)),
-                })
-            }
+            Err(e) => Err(commit_failed(&mut slot, producer, &e, deliveries).await),
         }
     }
 
