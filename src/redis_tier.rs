@@ -56,11 +56,22 @@ pub struct RedisTier {
     breaker: Breaker,
 }
 
+/// The longest wait between reconnect attempts, in ms: a quarter of the
+/// breaker's cooldown (50 ms to 2 s), so a Redis that comes back is
+/// connected before the breaker's next probe, which then closes it.
+fn reconnect_cap(settings: &RedisSettings) -> u32 {
+    (settings.breaker_cooldown.as_millis() / 4).clamp(50, 2_000) as u32
+}
+
 impl RedisTier {
     /// Builds the client and starts connecting in the background; the tier
     /// works (through the breaker) whether or not Redis is up yet.
     pub async fn connect(settings: RedisSettings, instance: Arc<str>) -> Result<Self, Error> {
-        let config = Config::from_url(&settings.url)?;
+        let mut config = Config::from_url(&settings.url)?;
+        // A first connection that fails (Redis down when the pod starts)
+        // follows the reconnect policy too; by default fred gives up on it
+        // and the tier would stay dead for the process's lifetime.
+        config.fail_fast = false;
         let timeout = settings.timeout;
         let client = Builder::from_config(config)
             .with_connection_config(|c| {
@@ -71,7 +82,12 @@ impl RedisTier {
                 c.tcp.nodelay = Some(true);
             })
             .with_performance_config(|p| p.default_command_timeout = timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .set_policy(ReconnectPolicy::new_exponential(
+                0,
+                50,
+                reconnect_cap(&settings),
+                2,
+            ))
             .build()?;
         // fred's connection task reconnects on its own; waiting briefly here
         // only makes the first requests after start use the tier.

@@ -209,6 +209,76 @@ async fn redis_down_opens_the_breaker_and_serving_continues_then_resumes() {
     assert_eq!((s.mismatched_awards, s.sequence_gaps), (0, 0));
 }
 
+/// Redis down when the sidecar starts: claims are served from the store at
+/// once; when Redis comes up the tier heals within one breaker probe — the
+/// client keeps reconnecting instead of giving up after its first try — and
+/// another instance's duplicate is answered from Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let mut redis = ThrowawayRedis::start().await;
+    redis.stop().await;
+    let cooldown = Duration::from_secs(1);
+    let env = |redis: &ThrowawayRedis| {
+        vec![
+            ("DATABASE_URL", db.url.clone()),
+            ("REDIS_URL", redis.url()),
+            ("ONCEGATE_REDIS_BREAKER_COOLDOWN", "1s".to_string()),
+            ("ONCEGATE_REDIS_TIMEOUT", "50ms".to_string()),
+        ]
+    };
+    let a = Sidecar::start(&env(&redis)).await;
+    let mut c = a.client().await;
+    for i in 0..5u8 {
+        let d = tokio::time::timeout(
+            Duration::from_secs(2),
+            c.submit(submission("AWD-RS", TS, &[b's', i], 1)),
+        )
+        .await
+        .expect("a claim does not wait for Redis")
+        .unwrap()
+        .into_inner();
+        assert_eq!((outcome(&d), tier(&d)), (Outcome::Claimed, Tier::Database));
+    }
+    let m = a.metrics().await;
+    assert_eq!(metric(&m, "oncegate_redis_breaker_state"), Some(1.0), "{m}");
+
+    redis.restart().await;
+    let up = tokio::time::Instant::now();
+    let mut i = 0u32;
+    let closed = eventually(Duration::from_secs(10), || {
+        i += 1;
+        let mut c = c.clone();
+        let addr = a.metrics_addr;
+        async move {
+            c.submit(submission("AWD-RS", TS, &i.to_be_bytes(), 1))
+                .await
+                .unwrap();
+            metric(&scrape(addr).await, "oncegate_redis_breaker_state") == Some(0.0)
+        }
+    })
+    .await;
+    let healed = up.elapsed();
+    assert!(closed, "breaker closes once Redis answers:\n{}", a.log_text());
+    assert!(
+        healed <= cooldown + Duration::from_millis(800),
+        "healed within one probe interval ({cooldown:?}): took {healed:?}"
+    );
+    let fresh = submission("AWD-RS", TS, b"after", 1);
+    let first = c.submit(fresh.clone()).await.unwrap().into_inner();
+    assert_eq!(outcome(&first), Outcome::Claimed);
+    let b = Sidecar::start(&env(&redis)).await;
+    let again = b.client().await.submit(fresh).await.unwrap().into_inner();
+    assert_eq!(
+        (outcome(&again), tier(&again)),
+        (Outcome::Duplicate, Tier::Redis),
+        "the other instance's duplicate comes from Redis"
+    );
+    assert_eq!(again.disbursement, first.disbursement);
+    assert_eq!(a.terminate().await.code(), Some(0));
+    assert_eq!(b.terminate().await.code(), Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_unreachable_answers_cached_duplicates_and_refuses_fresh_work() {
     let prefix = unique("t:");
