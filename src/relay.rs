@@ -127,9 +127,18 @@ impl SinkSpec {
         match s {
             "" | "none" => Ok(Self::None),
             "log" => Ok(Self::Log),
-            u if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(Self::Redis(u.into())),
-            u if u.starts_with("nats://") || u.starts_with("tls://") => Ok(Self::Nats(u.into())),
-            u if u.starts_with("amqp://") || u.starts_with("amqps://") => Ok(Self::Amqp(u.into())),
+            u if u.starts_with("redis://") || u.starts_with("rediss://") => {
+                redis_stream::check_url(u)?;
+                Ok(Self::Redis(u.into()))
+            }
+            u if u.starts_with("nats://") || u.starts_with("tls://") => {
+                nats::check_url(u)?;
+                Ok(Self::Nats(u.into()))
+            }
+            u if u.starts_with("amqp://") || u.starts_with("amqps://") => {
+                amqp::check_url(u)?;
+                Ok(Self::Amqp(u.into()))
+            }
             u if u.starts_with("kafka://") => {
                 kafka::bootstrap_servers(u)?;
                 Ok(Self::Kafka(u.into()))

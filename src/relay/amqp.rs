@@ -39,9 +39,8 @@ impl AmqpSink {
 
     /// The sink; [`Sink::connect`] connects and declares the exchange.
     pub fn new(url: &str, exchange: &str, connection_name: &str) -> anyhow::Result<Self> {
+        check_url(url).map_err(|e| anyhow::anyhow!(e))?;
         let url = default_vhost(url);
-        url.parse::<lapin::uri::AMQPUri>()
-            .map_err(|e| anyhow::anyhow!("ONCEGATE_RELAY_SINK is not a valid AMQP URL: {e}"))?;
         Ok(Self {
             url,
             exchange: exchange.to_string(),
@@ -128,6 +127,19 @@ impl AmqpSink {
 /// `amqp://host/` names the empty vhost in the AMQP URI spec, which no
 /// broker has; people mean the default vhost `/` (as most clients read
 /// it), so the empty path becomes `%2f`.
+/// Whether `url` is an AMQP URI (`amqp://user:pass@host:port/vhost`).
+pub fn check_url(url: &str) -> Result<(), String> {
+    default_vhost(url)
+        .parse::<lapin::uri::AMQPUri>()
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "ONCEGATE_RELAY_SINK {:?} is not a valid AMQP URL: {e}",
+                crate::secret::mask_url(url)
+            )
+        })
+}
+
 pub fn default_vhost(url: &str) -> String {
     match url.strip_suffix('/') {
         Some(base) if base.matches('/').count() == 2 => format!("{base}/%2f"),

@@ -18,6 +18,23 @@ pub struct JetStreamSink {
     link: tokio::sync::Mutex<Option<(jetstream::Context, bool)>>,
 }
 
+/// Whether `url` is a NATS server URL naming a host.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let bad = |why: String| {
+        format!(
+            "ONCEGATE_RELAY_SINK {:?} is not a valid NATS URL: {why}",
+            crate::secret::mask_url(url)
+        )
+    };
+    let addr = url
+        .parse::<async_nats::ServerAddr>()
+        .map_err(|e| bad(e.to_string()))?;
+    if addr.host().is_empty() {
+        return Err(bad("no host".into()));
+    }
+    Ok(())
+}
+
 impl JetStreamSink {
     /// The sink, connected now: an error if the broker does not answer.
     pub async fn connected(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
@@ -29,8 +46,7 @@ impl JetStreamSink {
     /// Publishes to `subject` (`oncegate.events` by default), captured by
     /// `stream_name`, which is created on connect if missing.
     pub fn new(url: &str, stream_name: &str, subject: &str) -> anyhow::Result<Self> {
-        url.parse::<async_nats::ServerAddr>()
-            .map_err(|e| anyhow::anyhow!("ONCEGATE_RELAY_SINK is not a valid NATS URL: {e}"))?;
+        check_url(url).map_err(|e| anyhow::anyhow!(e))?;
         Ok(Self {
             url: url.to_string(),
             stream_name: stream_name.to_string(),

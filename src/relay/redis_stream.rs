@@ -17,6 +17,16 @@ pub struct RedisStreamSink {
     client: std::sync::Mutex<Option<Client>>,
 }
 
+/// The client configuration of a `redis://` sink URL, or what is wrong with it.
+pub fn check_url(url: &str) -> Result<Config, String> {
+    Config::from_url(url).map_err(|e| {
+        format!(
+            "ONCEGATE_RELAY_SINK {:?} is not a valid Redis URL: {e}",
+            crate::secret::mask_url(url)
+        )
+    })
+}
+
 impl RedisStreamSink {
     /// The sink, connected now: an error if the broker does not answer.
     pub async fn connected(url: &str, stream: &str, maxlen: u64) -> anyhow::Result<Self> {
@@ -26,8 +36,7 @@ impl RedisStreamSink {
     }
 
     pub fn new(url: &str, stream: &str, maxlen: u64) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        let config = Config::from_url(url).context("ONCEGATE_RELAY_SINK is not a valid Redis URL")?;
+        let config = check_url(url).map_err(|e| anyhow::anyhow!(e))?;
         Ok(Self {
             config,
             stream: stream.to_string(),

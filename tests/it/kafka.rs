@@ -48,6 +48,42 @@ async fn kafka_sink_down_at_start_serves_claims_then_publishes() {
     sink_down_at_start(&format!("kafka://{}", bootstrap()), "kafka").await;
 }
 
+/// A sink URL that cannot be parsed is a configuration error, not an
+/// outage: `serve` exits 64 at once naming the setting, before listening.
+#[tokio::test]
+async fn a_bad_sink_url_exits_64_naming_it() {
+    let cases = [
+        ("ftp://broker:21", "must be none, log"),
+        ("redis://127.0.0.1:notaport", "not a valid Redis URL"),
+        ("nats://", "not a valid NATS URL"),
+        ("amqp://guest:guest@[::1", "not a valid AMQP URL"),
+        ("kafka://broker", "not host:port"),
+    ];
+    for (url, says) in cases {
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+                .arg("serve")
+                .env_clear()
+                .env("ONCEGATE_RELAY_SINK", url)
+                .env("ONCEGATE_LISTEN", format!("127.0.0.1:{}", free_port()))
+                .env("ONCEGATE_METRICS_LISTEN", format!("127.0.0.1:{}", free_port()))
+                .env("ONCEGATE_HEALTH_LISTEN", format!("127.0.0.1:{}", free_port()))
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("exits at once, not retrying a URL")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{url}: {stderr}");
+        assert!(
+            stderr.contains("ONCEGATE_RELAY_SINK") && stderr.contains(says),
+            "{url}: {stderr}"
+        );
+    }
+}
+
 const TS: &str = "2026-11-29T10:00:00Z";
 
 pub fn bootstrap() -> String {
