@@ -230,8 +230,13 @@ mod tests {
         let sink = Sink::default();
         let (writer, guard) = spawn(Stalled(barrier.clone(), sink.clone())).unwrap();
         writer.make_writer().write_all(b"x\n").unwrap();
-        // The thread takes "x" and stalls writing it; now fill past the cap.
-        std::thread::sleep(FLUSH_EVERY * 5);
+        // The thread takes "x" and stalls writing it; once it has taken it
+        // (however slow a loaded machine makes that), fill past the cap.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !writer.shared.lock().buf.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "\"x\" never taken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut line = vec![b'y'; 1023];
         line.push(b'\n');
         for _ in 0..CAP / line.len() + 10 {

@@ -146,7 +146,15 @@ impl KafkaSink {
                 "message.timeout.ms",
                 self.transaction_timeout.as_millis().to_string(),
             )
-            .set("socket.timeout.ms", PUBLISH_TIMEOUT.as_millis().to_string())
+            // librdkafka refuses a socket timeout above the transaction's
+            // (+100 ms): a short relay lease shortens both.
+            .set(
+                "socket.timeout.ms",
+                PUBLISH_TIMEOUT
+                    .min(self.transaction_timeout)
+                    .as_millis()
+                    .to_string(),
+            )
             .set("linger.ms", "1")
             .set("log_level", "3");
         config
@@ -442,7 +450,21 @@ impl Sink for KafkaSink {
 
 #[cfg(test)]
 mod tests {
-    use super::bootstrap_servers;
+    use super::{KafkaSink, bootstrap_servers};
+    use rdkafka::producer::FutureProducer;
+    use std::time::Duration;
+
+    /// librdkafka checks its settings when the producer is created (no
+    /// broker needed): a short lease must still give a valid producer.
+    #[test]
+    fn every_lease_gives_a_producer_librdkafka_accepts() {
+        for lease in [1, 2, 5, 30, 600] {
+            let sink =
+                KafkaSink::new("kafka://127.0.0.1:1", "t", "og-test", Duration::from_secs(lease)).unwrap();
+            let created: Result<FutureProducer, _> = sink.producer_config().create();
+            assert!(created.is_ok(), "lease {lease}s: {:?}", created.err());
+        }
+    }
 
     #[test]
     fn kafka_urls_name_host_port_lists() {
