@@ -140,7 +140,7 @@ impl SinkSpec {
                 Ok(Self::Amqp(u.into()))
             }
             u if u.starts_with("kafka://") => {
-                kafka::bootstrap_servers(u)?;
+                kafka::KafkaUrl::parse(u)?;
                 Ok(Self::Kafka(u.into()))
             }
             other => Err(format!(

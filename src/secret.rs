@@ -5,6 +5,14 @@
 /// Query parameters whose values are secrets.
 const SECRET_PARAMS: &[&str] = &["password", "sslpassword", "pass", "pwd", "token", "auth_token"];
 
+/// A secret query parameter: one of [`SECRET_PARAMS`], or a librdkafka
+/// property holding one (`sasl.password`, `ssl.key.password`,
+/// `sasl.oauthbearer.client.secret`).
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_PARAMS.contains(&name.as_str()) || name.ends_with(".password") || name.ends_with(".secret")
+}
+
 /// A URL with every password replaced by `***`, for logs and errors.
 pub fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -36,7 +44,7 @@ fn mask_query(query: &str) -> String {
     query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => {
+            Some((name, _)) if is_secret(name) => {
                 format!("{name}=***")
             }
             _ => pair.to_string(),

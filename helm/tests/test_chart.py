@@ -1228,3 +1228,31 @@ def test_dashboard_and_rules_use_only_metrics_the_binary_exports(scraped):
         assert name in types, f"{name} was scraped from the driven sidecar"
     assert {"outcome", "tier"} <= labels["oncegate_decisions_total"]
     assert labels["oncegate_reconciliation_mismatches"] == {"check"}
+
+
+def test_kafka_sink_settings_reach_the_sidecar_only():
+    values = load_values("production")
+    values["relay"].update(existingSecret="oncegate-kafka", existingSecretKey="url")
+    values["relay"]["kafka"] = {"tlsSecret": "kafka-client-tls", "mountPath": "/etc/oncegate/kafka",
+                                "transactionalIdPrefix": "grants-relay-"}
+    docs = parse_manifests(render_raw(values))
+    spec, sidecar = deployment_sidecar(docs)
+    env = env_of(sidecar)
+    # The URL (with any sasl.password in its query) only ever from the Secret.
+    assert env["ONCEGATE_RELAY_SINK"]["valueFrom"]["secretKeyRef"] == {"name": "oncegate-kafka", "key": "url"}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID"]["value"] == "grants-relay-$(POD_NAME)"
+    names = [e["name"] for e in sidecar["env"]]
+    assert names.index("POD_NAME") < names.index("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID"), \
+        "a $(VAR) reference resolves only to a variable defined before it"
+    mount, volume = mounted_volume(spec, sidecar, "/etc/oncegate/kafka/ca.crt")
+    assert mount["readOnly"] is True
+    assert volume["secret"]["secretName"] == "kafka-client-tls"
+    assert volume["secret"]["defaultMode"] & 0o007 == 0
+    for job in of_kind(docs, "Job"):
+        for c in all_containers(pod_spec(job)):
+            assert "ONCEGATE_RELAY_SINK" not in env_of(c), "the migration Job never sees the broker"
+            assert not any(m["name"] == "oncegate-kafka-tls" for m in c.get("volumeMounts", []))
+    # Without the prefix the binary's default (oncegate-relay-<instance id = pod name>) holds.
+    plain = parse_manifests(render_raw(load_values("production")))
+    assert "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID" not in env_of(deployment_sidecar(plain)[1])

@@ -3,8 +3,8 @@
 //! to where each partition ended when reading began.
 
 use super::broker::{BROKER_TIMEOUT, BrokerEntry, BrokerLog, Coverage, TRIM_MARGIN};
+use crate::relay::kafka::KafkaUrl;
 use async_trait::async_trait;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -23,10 +23,10 @@ pub struct KafkaLog {
 
 impl KafkaLog {
     pub async fn connect(url: &str, topic: &str) -> Result<Self, String> {
-        let bootstrap = crate::relay::kafka::bootstrap_servers(url)?;
+        let url = KafkaUrl::parse(url)?;
         let topic = topic.to_string();
         let t = topic.clone();
-        tokio::task::spawn_blocking(move || read_all(&bootstrap, &t))
+        tokio::task::spawn_blocking(move || read_all(&url, &t))
             .await
             .map_err(|e| e.to_string())?
             .map(|(entries, trimmed_since)| Self {
@@ -94,14 +94,13 @@ fn entry_of(m: &BorrowedMessage<'_>) -> BrokerEntry {
     }
 }
 
-fn read_all(bootstrap: &str, topic: &str) -> Result<Read, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+fn read_all(url: &KafkaUrl, topic: &str) -> Result<Read, String> {
+    let consumer: BaseConsumer = url
+        .client_config()
         .set("group.id", "oncegate-reconcile")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .set("log_level", "3")
         .create()
         .map_err(|e| format!("creating the Kafka consumer: {e}"))?;
     let (mut ends, trimmed) = assign_partitions(&consumer, topic)?;

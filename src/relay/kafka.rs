@@ -45,22 +45,89 @@ use uuid::Uuid;
 /// may take before the broker counts as unavailable.
 const CONNECT_TIMEOUT: Duration = PUBLISH_TIMEOUT;
 
-/// The `host:port,host:port` list of a `kafka://` URL, or what is wrong with it.
-pub fn bootstrap_servers(url: &str) -> Result<String, String> {
-    let rest = url
-        .strip_prefix("kafka://")
-        .ok_or_else(|| format!("a Kafka sink URL starts with kafka://, got {url:?}"))?;
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    let mut servers = Vec::new();
-    for server in rest.split(',') {
-        let bad = || format!("ONCEGATE_RELAY_SINK: {server:?} in {url:?} is not host:port");
-        let (host, port) = server.rsplit_once(':').ok_or_else(bad)?;
-        if host.is_empty() || host.contains(['/', '?', '@', ' ']) || port.parse::<u16>().is_err() {
-            return Err(bad());
+/// Settings the sink sets itself; a URL may not override them.
+const OWN_PROPERTIES: &[&str] = &[
+    "bootstrap.servers",
+    "transactional.id",
+    "enable.idempotence",
+    "acks",
+    "transaction.timeout.ms",
+    "isolation.level",
+    "group.id",
+    "enable.auto.commit",
+];
+
+/// A parsed `kafka://host:port[,host:port…][?property=value&…]` URL: the
+/// bootstrap list, and librdkafka properties for the connection itself
+/// (`security.protocol`, `sasl.mechanism`, `sasl.username`,
+/// `sasl.password`, `ssl.ca.location`…), percent-decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaUrl {
+    pub bootstrap: String,
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaUrl {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let masked = crate::secret::mask_url(url);
+        let rest = url
+            .strip_prefix("kafka://")
+            .ok_or_else(|| format!("a Kafka sink URL starts with kafka://, got {masked:?}"))?;
+        let (servers, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let servers = servers.strip_suffix('/').unwrap_or(servers);
+        let mut bootstrap = Vec::new();
+        for server in servers.split(',') {
+            let bad = || format!("ONCEGATE_RELAY_SINK: {server:?} in {masked:?} is not host:port");
+            let (host, port) = server.rsplit_once(':').ok_or_else(bad)?;
+            if host.is_empty() || host.contains(['/', '@', ' ']) || port.parse::<u16>().is_err() {
+                return Err(bad());
+            }
+            bootstrap.push(server);
         }
-        servers.push(server);
+        let mut properties = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').ok_or_else(|| {
+                format!(
+                    "ONCEGATE_RELAY_SINK: {:?} in the query of {masked:?} is not property=value",
+                    pair.split('=').next().unwrap_or("")
+                )
+            })?;
+            let well_formed = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_');
+            if !well_formed {
+                return Err(format!(
+                    "ONCEGATE_RELAY_SINK: {name:?} in {masked:?} is not a librdkafka property name"
+                ));
+            }
+            if OWN_PROPERTIES.contains(&name) {
+                return Err(format!(
+                    "ONCEGATE_RELAY_SINK: {name} is set by the relay and cannot be given in the URL"
+                ));
+            }
+            let value = percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .map_err(|_| format!("ONCEGATE_RELAY_SINK: the value of {name} is not UTF-8"))?;
+            properties.push((name.to_string(), value.into_owned()));
+        }
+        Ok(Self {
+            bootstrap: bootstrap.join(","),
+            properties,
+        })
     }
-    Ok(servers.join(","))
+
+    /// A client configuration reaching these brokers with these properties.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("log_level", "3");
+        for (name, value) in &self.properties {
+            config.set(name, value);
+        }
+        config
+    }
 }
 
 /// The topic holding each relay's high-water mark.
@@ -69,7 +136,7 @@ pub fn marks_topic(topic: &str) -> String {
 }
 
 pub struct KafkaSink {
-    bootstrap: String,
+    url: KafkaUrl,
     topic: String,
     marks_topic: String,
     transactional_id: String,
@@ -87,12 +154,12 @@ impl KafkaSink {
     /// A transaction is given half the relay's lease (at least 1 s) before the
     /// broker aborts it, so no transaction outlives the lease of its events.
     pub fn new(url: &str, topic: &str, transactional_id: &str, lease: Duration) -> anyhow::Result<Self> {
-        let bootstrap = bootstrap_servers(url).map_err(|e| anyhow::anyhow!(e))?;
+        let url = KafkaUrl::parse(url).map_err(|e| anyhow::anyhow!(e))?;
         if transactional_id.is_empty() {
             anyhow::bail!("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID must not be empty");
         }
         Ok(Self {
-            bootstrap,
+            url,
             topic: topic.to_string(),
             marks_topic: marks_topic(topic),
             transactional_id: transactional_id.to_string(),
@@ -131,9 +198,8 @@ impl KafkaSink {
     }
 
     fn producer_config(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
+        let mut config = self.url.client_config();
         config
-            .set("bootstrap.servers", &self.bootstrap)
             .set("client.id", format!("oncegate-relay {}", self.transactional_id))
             .set("transactional.id", &self.transactional_id)
             .set("enable.idempotence", "true")
@@ -155,8 +221,7 @@ impl KafkaSink {
                     .as_millis()
                     .to_string(),
             )
-            .set("linger.ms", "1")
-            .set("log_level", "3");
+            .set("linger.ms", "1");
         config
     }
 
@@ -164,9 +229,9 @@ impl KafkaSink {
     /// replication factor) if missing. The events topic is the operator's
     /// (partitions, retention), or the broker creates it with its defaults.
     async fn declare(&self) -> Result<(), PublishError> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("log_level", "3")
+        let admin: AdminClient<DefaultClientContext> = self
+            .url
+            .client_config()
             .create()
             .map_err(|e| unavailable("creating the Kafka admin client", &e))?;
         let marks = NewTopic::new(&self.marks_topic, 1, TopicReplication::Fixed(-1))
@@ -221,14 +286,13 @@ struct Mark {
 
 /// Reads the marks topic to its end (read_committed); the ids in the latest
 /// mark of every transactional id.
-fn read_marks(bootstrap: &str, topic: &str) -> Result<HashSet<Uuid>, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+fn read_marks(url: &KafkaUrl, topic: &str) -> Result<HashSet<Uuid>, String> {
+    let consumer: BaseConsumer = url
+        .client_config()
         .set("group.id", "oncegate-relay-settle")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .set("log_level", "3")
         .create()
         .map_err(|e| format!("creating the Kafka consumer: {e}"))?;
     let (low, high) = consumer
@@ -378,8 +442,8 @@ impl Sink for KafkaSink {
         blocking(move || init.init_transactions(CONNECT_TIMEOUT))
             .await
             .map_err(|e| unavailable("initialising Kafka transactions", &e))?;
-        let (bootstrap, topic) = (self.bootstrap.clone(), self.marks_topic.clone());
-        let settled = blocking(move || read_marks(&bootstrap, &topic))
+        let (url, topic) = (self.url.clone(), self.marks_topic.clone());
+        let settled = blocking(move || read_marks(&url, &topic))
             .await
             .map_err(|e| PublishError::Unavailable(format!("settling: {e}")))?;
         self.lock_unmarked().extend(settled);
@@ -450,7 +514,7 @@ impl Sink for KafkaSink {
 
 #[cfg(test)]
 mod tests {
-    use super::{KafkaSink, bootstrap_servers};
+    use super::{KafkaSink, KafkaUrl};
     use rdkafka::producer::FutureProducer;
     use std::time::Duration;
 
@@ -468,11 +532,9 @@ mod tests {
 
     #[test]
     fn kafka_urls_name_host_port_lists() {
-        assert_eq!(
-            bootstrap_servers("kafka://127.0.0.1:9092").unwrap(),
-            "127.0.0.1:9092"
-        );
-        assert_eq!(bootstrap_servers("kafka://a:1,b:2/").unwrap(), "a:1,b:2");
+        let bootstrap = |url: &str| KafkaUrl::parse(url).map(|u| u.bootstrap);
+        assert_eq!(bootstrap("kafka://127.0.0.1:9092").unwrap(), "127.0.0.1:9092");
+        assert_eq!(bootstrap("kafka://a:1,b:2/").unwrap(), "a:1,b:2");
         for bad in [
             "kafka://",
             "kafka://broker",
@@ -481,8 +543,39 @@ mod tests {
             "kafka://a:1/topic",
             "kafka://:9092",
         ] {
-            let err = bootstrap_servers(bad).unwrap_err();
+            let err = bootstrap(bad).unwrap_err();
             assert!(err.contains("host:port"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn kafka_url_queries_are_librdkafka_properties() {
+        let url = KafkaUrl::parse(
+            "kafka://b1:9093,b2:9093?security.protocol=SASL_SSL&sasl.mechanism=SCRAM-SHA-512\
+             &sasl.username=relay&sasl.password=p%40ss%26word",
+        )
+        .unwrap();
+        assert_eq!(url.bootstrap, "b1:9093,b2:9093");
+        assert_eq!(
+            url.properties,
+            [
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.username", "relay"),
+                ("sasl.password", "p@ss&word"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        for (bad, says) in [
+            ("kafka://b:1?acks=1", "set by the relay"),
+            ("kafka://b:1?transactional.id=x", "set by the relay"),
+            ("kafka://b:1?Sasl.Mechanism=PLAIN", "not a librdkafka property"),
+            ("kafka://b:1?sasl.password", "not property=value"),
+        ] {
+            let err = KafkaUrl::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let err = KafkaUrl::parse("kafka://b?sasl.password=hunter2").unwrap_err();
+        assert!(!err.contains("hunter2"), "the password is masked: {err}");
     }
 }

@@ -78,6 +78,14 @@ stopped after the consumer).
     {{- end }}
     - name: ONCEGATE_RELAY_STREAM
       value: {{ $v.relay.stream | quote }}
+    {{- if $v.relay.kafka.transactionalIdPrefix }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID
+      value: {{ printf "%s$(POD_NAME)" $v.relay.kafka.transactionalIdPrefix | quote }}
+    {{- end }}
     {{- if $v.tls.enabled }}
     - name: ONCEGATE_TLS_CERT
       value: {{ printf "%s/%s" $v.tls.mountPath $v.tls.certKey | quote }}
@@ -146,6 +154,11 @@ stopped after the consumer).
       mountPath: {{ $v.tls.mountPath }}
       readOnly: true
     {{- end }}
+    {{- if $v.relay.kafka.tlsSecret }}
+    - name: oncegate-kafka-tls
+      mountPath: {{ $v.relay.kafka.mountPath }}
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{- define "oncegate.volumes" -}}
@@ -167,6 +180,12 @@ stopped after the consumer).
 - name: oncegate-tls
   secret:
     secretName: {{ $v.tls.secretName }}
+    defaultMode: {{ $v.tls.defaultMode }}
+{{- end }}
+{{- if $v.relay.kafka.tlsSecret }}
+- name: oncegate-kafka-tls
+  secret:
+    secretName: {{ $v.relay.kafka.tlsSecret }}
     defaultMode: {{ $v.tls.defaultMode }}
 {{- end }}
 {{- end }}
