@@ -635,17 +635,21 @@ async fn set_serving(reporter: &HealthReporter, serving: bool) {
 }
 
 /// Re-reads the primary's identity every `interval` on a connection of its
-/// own (timing each read): a failure, or no answer within the interval,
-/// suspends cache answers until a connection confirms the identity again
-/// (DESIGN §7). Nothing to do for a store without a server.
+/// own (timing each read), and at once when a store call lost its
+/// connection: a failure, or no answer within the interval, suspends cache
+/// answers until a connection confirms the identity again (DESIGN §7).
+/// Nothing to do for a store without a server.
 async fn probe_primary(store: &dyn Store, interval: Duration, mut stop: Stop) {
     let primary = store.primary();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Probes asked for by a lost connection come at most this often.
+    let gap = (interval / 10).max(Duration::from_millis(10));
     loop {
         tokio::select! {
             _ = stop.requested() => return,
             _ = tick.tick() => {}
+            _ = async { tokio::time::sleep(gap).await; primary.probe_requested().await } => {}
         }
         let started = tokio::time::Instant::now();
         match store.probe_primary(interval).await {

@@ -22,7 +22,7 @@
 
 use crate::audit::AuditQueue;
 use crate::cache::LocalCache;
-use crate::error::GateError;
+use crate::error::{GateError, StoreError};
 use crate::group_commit::Committer;
 use crate::key::key_prefix;
 use crate::pb;
@@ -226,6 +226,11 @@ impl Gate {
             }
             Err(e) => {
                 tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
+                if matches!(e, StoreError::Unavailable(_)) {
+                    // Maybe the primary is gone: no cache answers until a
+                    // connection confirms who the primary is.
+                    self.primary.connection_lost("a claim lost its connection to the store");
+                }
                 self.release(s, lease).await;
                 return Err(e.into());
             }

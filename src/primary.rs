@@ -53,6 +53,8 @@ pub struct PrimaryWatch {
     state: Mutex<State>,
     /// False for a store without servers (SQLite): always trusted.
     watched: bool,
+    /// Asks the probe to re-read the identity now (a connection was lost).
+    probe_now: tokio::sync::Notify,
 }
 
 impl PrimaryWatch {
@@ -79,6 +81,7 @@ impl PrimaryWatch {
                 confirmed,
             }),
             watched,
+            probe_now: tokio::sync::Notify::new(),
         }
     }
 
@@ -156,6 +159,23 @@ impl PrimaryWatch {
             metrics::gauge!("oncegate_store_identity_confirmed").set(0.0);
             tracing::warn!(why, "store identity unconfirmed: cache answers suspended");
         }
+    }
+}
+
+impl PrimaryWatch {
+    /// A store call lost its connection (or found none): suspends cache
+    /// answers at once and asks the probe to re-read the identity now, so
+    /// a primary that is merely busy is confirmed again within a round trip.
+    pub fn connection_lost(&self, why: &str) {
+        self.suspend(why);
+        if self.watched {
+            self.probe_now.notify_one();
+        }
+    }
+
+    /// Resolves when [`connection_lost`](Self::connection_lost) asked for a probe.
+    pub async fn probe_requested(&self) {
+        self.probe_now.notified().await;
     }
 }
 
