@@ -152,8 +152,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ONCEGATE_REQUIRE_SYNC_REPLICA", default_value_t = false, action = clap::ArgAction::Set)]
     pub require_sync_replica: bool,
     /// Postgres: how often a connection of its own re-reads the primary's
-    /// identity (system identifier, timeline). A probe that fails or takes
-    /// longer suspends L1/L2 answers until a connection confirms the
+    /// identity (system identifier, timeline). A probe that fails, or is
+    /// unanswered for two intervals, suspends L1/L2 answers until a connection confirms the
     /// identity again; a new identity (a failover) empties L1 and moves L2
     /// to a new epoch first.
     #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]

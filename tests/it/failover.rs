@@ -253,6 +253,16 @@ impl Pair {
         )
         .await;
         self.service.repoint(loopback(self.standby_port));
+        // What the two ways of reading the timeline say right after it.
+        if let Ok(mut c) = sqlx::PgConnection::connect(&pg_url(self.standby_port)).await {
+            let read: Result<(i32, i32), _> = sqlx::query_as(
+                "SELECT (SELECT timeline_id FROM pg_control_checkpoint()), \
+                 ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int4",
+            )
+            .fetch_one(&mut c)
+            .await;
+            println!("right after the promotion: (pg_control_checkpoint timeline, WAL file timeline) = {read:?}");
+        }
     }
 }
 
