@@ -56,6 +56,10 @@ fn describe() {
         "Times the store's connections reached a different primary (system identifier or timeline changed): L1 emptied, L2 moved to a new epoch"
     );
     describe_gauge!(
+        "oncegate_db_sync_replica",
+        "1 when the primary acknowledges a commit only once a synchronous standby has it (read at start); 0 when a failover can lose acknowledged claims"
+    );
+    describe_gauge!(
         "oncegate_store_identity_confirmed",
         "1 while a connection has confirmed the primary's identity and caches may answer; 0 while cache answers are suspended"
     );
