@@ -229,7 +229,8 @@ impl Gate {
                 if matches!(e, StoreError::Unavailable(_)) {
                     // Maybe the primary is gone: no cache answers until a
                     // connection confirms who the primary is.
-                    self.primary.connection_lost("a claim lost its connection to the store");
+                    self.primary
+                        .connection_lost("a claim lost its connection to the store");
                 }
                 self.release(s, lease).await;
                 return Err(e.into());

@@ -261,7 +261,9 @@ impl Pair {
             )
             .fetch_one(&mut c)
             .await;
-            println!("right after the promotion: (pg_control_checkpoint timeline, WAL file timeline) = {read:?}");
+            println!(
+                "right after the promotion: (pg_control_checkpoint timeline, WAL file timeline) = {read:?}"
+            );
         }
     }
 }

@@ -274,7 +274,10 @@ async fn database_unreachable_suspends_cache_answers_and_refuses_fresh_work() {
         }
     })
     .await;
-    assert!(from_l2, "the caches answer again once the same primary is confirmed");
+    assert!(
+        from_l2,
+        "the caches answer again once the same primary is confirmed"
+    );
     assert_eq!(
         db.counts().await.ledger(),
         (1, 1, 10, 1),
