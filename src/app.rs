@@ -465,12 +465,14 @@ fn spawn_background(
             Ok(())
         });
     }
-    let (stop, probe_store) = (shutdown.stop_at(Phase::StopBackground), store.clone());
-    let interval = config.primary_probe_interval;
-    tasks.spawn("primary probe", async move {
-        probe_primary(&*probe_store, interval, stop).await;
-        Ok(())
-    });
+    if store.backend() == crate::store::Backend::Postgres {
+        let (stop, probe_store) = (shutdown.stop_at(Phase::StopBackground), store.clone());
+        let interval = config.primary_probe_interval;
+        tasks.spawn("primary probe", async move {
+            probe_primary(&*probe_store, interval, stop).await;
+            Ok(())
+        });
+    }
     let stop = shutdown.stop_at(Phase::StopBackground);
     tasks.spawn("gauges", async move {
         report_gauges(&*store, stop).await;
@@ -638,7 +640,7 @@ async fn set_serving(reporter: &HealthReporter, serving: bool) {
 /// own (timing each read), and at once when a store call lost its
 /// connection: a failure, or no answer within two intervals, suspends cache
 /// answers until a connection confirms the identity again (DESIGN §7).
-/// Nothing to do for a store without a server.
+/// Postgres only: the embedded store has no server to fail over.
 async fn probe_primary(store: &dyn Store, interval: Duration, mut stop: Stop) {
     let primary = store.primary();
     let mut tick = tokio::time::interval(interval);
