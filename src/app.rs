@@ -47,6 +47,8 @@ pub struct AppConfig {
     pub require_sync_replica: bool,
     /// How long start-up waits for the store to become reachable.
     pub startup_timeout: Duration,
+    /// How often the primary's identity is probed (DESIGN §7).
+    pub primary_probe_interval: Duration,
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
     pub metrics_listen: SocketAddr,
@@ -463,6 +465,14 @@ fn spawn_background(
             Ok(())
         });
     }
+    if store.backend() == crate::store::Backend::Postgres {
+        let (stop, probe_store) = (shutdown.stop_at(Phase::StopBackground), store.clone());
+        let interval = config.primary_probe_interval;
+        tasks.spawn("primary probe", async move {
+            probe_primary(&*probe_store, interval, stop).await;
+            Ok(())
+        });
+    }
     let stop = shutdown.stop_at(Phase::StopBackground);
     tasks.spawn("gauges", async move {
         report_gauges(&*store, stop).await;
@@ -623,6 +633,38 @@ async fn set_serving(reporter: &HealthReporter, serving: bool) {
         reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
+    }
+}
+
+/// Re-reads the primary's identity every `interval` on a connection of its
+/// own (timing each read), and at once when a store call lost its
+/// connection: a failure, or no answer within two intervals, suspends cache
+/// answers until a connection confirms the identity again (DESIGN §7).
+/// Postgres only: the embedded store has no server to fail over.
+async fn probe_primary(store: &dyn Store, interval: Duration, mut stop: Stop) {
+    let primary = store.primary();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Probes asked for by a lost connection come at most this often.
+    let gap = (interval / 10).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = stop.requested() => return,
+            _ = tick.tick() => {}
+            _ = async { tokio::time::sleep(gap).await; primary.probe_requested().await } => {}
+        }
+        let started = tokio::time::Instant::now();
+        // A probe unanswered for two intervals has failed; one merely slow
+        // on a busy machine has not.
+        match store.probe_primary(interval * 2).await {
+            Ok(()) => metrics::histogram!("oncegate_store_identity_probe_seconds")
+                .record(started.elapsed().as_secs_f64()),
+            Err(e) => {
+                metrics::counter!("oncegate_store_identity_probe_failures_total").increment(1);
+                tracing::debug!(error = %e, "identity probe failed");
+                primary.suspend("the primary's identity probe failed");
+            }
+        }
     }
 }
 

@@ -23,26 +23,71 @@ pub struct CacheSettings {
     pub ttl: Duration,
 }
 
+/// An entry: the result and the cache generation it was filled in
+/// ([`crate::primary::Epoch::generation`]).
+type Entry = (u64, Arc<StoredResult>);
+
 #[derive(Clone)]
 pub struct LocalCache {
-    inner: Cache<Arc<str>, Arc<StoredResult>>,
+    inner: Cache<Arc<str>, Entry>,
 }
 
 impl LocalCache {
     pub fn new(capacity_bytes: u64, ttl: Duration) -> Self {
         let inner = Cache::builder()
             .max_capacity(capacity_bytes)
-            .weigher(|k: &Arc<str>, v: &Arc<StoredResult>| k.len() as u32 + v.weight() + ENTRY_OVERHEAD)
+            .weigher(|k: &Arc<str>, v: &Entry| k.len() as u32 + v.1.weight() + ENTRY_OVERHEAD)
             .time_to_live(ttl)
             .build();
         Self { inner }
     }
 
-    pub async fn get(&self, key: &str) -> Option<Arc<StoredResult>> {
-        self.inner.get(key).await
+    /// The result for `key` if it was filled in `generation`; an entry of an
+    /// earlier generation (another primary's result) is dropped, never answered.
+    pub async fn get(&self, key: &str, generation: u64) -> Option<Arc<StoredResult>> {
+        let (filled_in, result) = self.inner.get(key).await?;
+        if filled_in == generation {
+            return Some(result);
+        }
+        self.inner.invalidate(key).await;
+        None
     }
 
-    pub async fn insert(&self, result: Arc<StoredResult>) {
-        self.inner.insert(Arc::from(result.key.as_str()), result).await;
+    /// Caches `result`, committed (or read) in `generation`.
+    pub async fn insert(&self, result: Arc<StoredResult>, generation: u64) {
+        self.inner
+            .insert(Arc::from(result.key.as_str()), (generation, result))
+            .await;
+    }
+
+    /// Drops every entry (the primary changed).
+    pub fn clear(&self) {
+        self.inner.invalidate_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Disbursement;
+
+    #[tokio::test]
+    async fn an_entry_of_another_generation_never_answers() {
+        let l1 = LocalCache::new(1 << 20, Duration::from_secs(60));
+        let r = Arc::new(StoredResult {
+            key: "k".repeat(64),
+            fingerprint: "f".repeat(64),
+            disbursement: Disbursement {
+                id: uuid::Uuid::now_v7(),
+                award_id: "AWD".into(),
+                amount_cents: 1,
+                recorded_at: crate::time_fmt::now_micros(),
+                sequence: 1,
+            },
+        });
+        l1.insert(r.clone(), 0).await;
+        assert_eq!(l1.get(&r.key, 0).await, Some(r.clone()));
+        assert_eq!(l1.get(&r.key, 1).await, None, "filled on the old primary");
+        assert_eq!(l1.get(&r.key, 0).await, None, "and dropped");
     }
 }

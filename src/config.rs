@@ -151,6 +151,13 @@ pub struct ServeArgs {
     /// whose consumers have already acked their broker.
     #[arg(long, env = "ONCEGATE_REQUIRE_SYNC_REPLICA", default_value_t = false, action = clap::ArgAction::Set)]
     pub require_sync_replica: bool,
+    /// Postgres: how often a connection of its own re-reads the primary's
+    /// identity (system identifier, timeline). A probe that fails, or is
+    /// unanswered for two intervals, suspends L1/L2 answers until a connection confirms the
+    /// identity again; a new identity (a failover) empties L1 and moves L2
+    /// to a new epoch first.
+    #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub primary_probe_interval: Duration,
     /// Written to audit rows (default: the host name).
     #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
@@ -732,6 +739,7 @@ impl ServeArgs {
             store,
             migrate_on_start: self.migrate_on_start,
             startup_timeout: self.startup_timeout,
+            primary_probe_interval: positive(self.primary_probe_interval, "ONCEGATE_PRIMARY_PROBE_INTERVAL")?,
             listen: self.listen,
             health_listen: self.health_listen,
             metrics_listen: self.metrics_listen,
@@ -881,4 +889,12 @@ impl ServeArgs {
             humantime::format_duration(self.audit_seal.audit_seal_interval),
         )
     }
+}
+
+/// A period that must not be zero (it would spin, or switch a guard off).
+fn positive(value: Duration, name: &str) -> Result<Duration, ConfigError> {
+    if value < Duration::from_millis(10) {
+        return Err(ConfigError(format!("{name} must be at least 10ms")));
+    }
+    Ok(value)
 }

@@ -7,7 +7,10 @@
 //! filled with a record returned by a committed `Complete` or read completed
 //! from the store, never with an in-progress one. Every cached answer is
 //! checked against the request's fingerprint and is keyed by namespace and
-//! key, so one namespace never reads another's response.
+//! key, so one namespace never reads another's response. As for claims
+//! ([`crate::gate`]), the caches answer only in the epoch of the primary
+//! the store confirms ([`crate::primary`]): a record completed on a primary
+//! lost in a failover is not answered from L1 or L2.
 //!
 //! # Leases, fencing, waiting
 //! The lease is the store's: a `Begin` takes it only when the record is new,
@@ -34,6 +37,7 @@ use crate::audit::AuditQueue;
 use crate::error::GateError;
 use crate::key::key_prefix;
 use crate::pb;
+use crate::primary::{Epoch, PrimaryWatch};
 use crate::redis_tier::RedisTier;
 use crate::store::{AuditDecision, AuditEntry, BeginOutcome, CompletedEffect, FencedOutcome, Store, Tier};
 use request::{BeginRequest, Fenced};
@@ -92,6 +96,9 @@ pub struct Effects {
     /// True from the start of the drain: waiting Begins give up.
     draining: tokio::sync::watch::Sender<bool>,
     instance: Arc<str>,
+    primary: Arc<PrimaryWatch>,
+    /// The generation L1 was last used in: on a change L1 is emptied.
+    l1_generation: std::sync::atomic::AtomicU64,
 }
 
 impl Effects {
@@ -104,6 +111,8 @@ impl Effects {
         instance: Arc<str>,
     ) -> Self {
         Self {
+            primary: store.primary(),
+            l1_generation: Default::default(),
             store,
             l1,
             l2,
@@ -190,21 +199,38 @@ impl Effects {
         }
     }
 
-    /// L1, then L2: a completed record of this namespace and key only.
+    /// The epoch the caches may answer in (emptying L1 when it moved), or
+    /// `None` while the primary's identity is unconfirmed.
+    fn epoch(&self) -> Option<Epoch> {
+        let epoch = self.primary.trusted()?;
+        let seen = self
+            .l1_generation
+            .swap(epoch.generation, std::sync::atomic::Ordering::Relaxed);
+        if seen != epoch.generation {
+            self.l1.clear();
+        }
+        Some(epoch)
+    }
+
+    /// L1, then L2: a completed record of this namespace and key, cached in
+    /// the current epoch, only; nothing while suspended.
     async fn cached(&self, req: &BeginRequest) -> Result<Option<Begun>, GateError> {
-        if let Some(r) = self.l1.get(&req.id).await {
+        let Some(epoch) = self.epoch() else {
+            return Ok(None);
+        };
+        if let Some(r) = self.l1.get(&req.id, epoch.generation).await {
             return self.cached_answer(req, r, Tier::LocalCache).map(Some);
         }
         let Some(l2) = &self.l2 else { return Ok(None) };
-        let Some(r) = l2.get_value(&redis_key(&req.id)).await.and_then(|v| decode(&v)) else {
+        let Some((tag, r)) = l2.get_value(&redis_key(&req.id)).await.and_then(|v| decode(&v)) else {
             return Ok(None);
         };
-        if r.namespace != req.namespace || r.key != req.key {
+        if r.namespace != req.namespace || r.key != req.key || tag != *epoch.tag {
             return Ok(None);
         }
         let r = Arc::new(r);
         self.l1
-            .insert(&req.id, r.clone(), self.l1_ttl(&req.namespace))
+            .insert(&req.id, r.clone(), self.l1_ttl(&req.namespace), epoch.generation)
             .await;
         self.cached_answer(req, r, Tier::Redis).map(Some)
     }
@@ -257,6 +283,7 @@ impl Effects {
     /// One `Begin` transaction in the store.
     async fn begin_in_store(&self, req: &BeginRequest) -> Result<Held, GateError> {
         let begin = req.to_store(self.instance.clone());
+        let epoch = self.epoch();
         // Its own task: a caller that goes away mid-transaction ends the
         // wait, never the transaction.
         let store = self.store.clone();
@@ -274,7 +301,7 @@ impl Effects {
             })),
             BeginOutcome::Completed(record) => {
                 let record = Arc::new(record);
-                self.fill(&req.id, record.clone()).await;
+                self.fill(&req.id, record.clone(), epoch.as_ref()).await;
                 Ok(Held::Answer(self.answered(req, record, Tier::Database)))
             }
             BeginOutcome::Held { expires_in } => Ok(Held::For(expires_in)),
@@ -306,6 +333,7 @@ impl Effects {
     pub async fn complete(&self, raw: &pb::CompleteRequest) -> Result<Arc<CompletedEffect>, GateError> {
         request::check_size("response", &raw.response)?;
         let f = Fenced::validate(&raw.namespace, &raw.idempotency_key, &raw.lease_token)?;
+        let epoch = self.epoch();
         let outcome = self
             .store
             .effect_complete(&f.fence(&self.instance), &raw.response)
@@ -313,7 +341,7 @@ impl Effects {
         let result = match outcome? {
             FencedOutcome::Done(record) => {
                 let record = Arc::new(record);
-                self.fill(&f.id, record.clone()).await;
+                self.fill(&f.id, record.clone(), epoch.as_ref()).await;
                 self.waiters.wake(&f.id);
                 Ok(record)
             }
@@ -359,13 +387,22 @@ impl Effects {
         result
     }
 
-    async fn fill(&self, id: &str, record: Arc<CompletedEffect>) {
+    /// Fills the caches with a completed record the store returned, tagged
+    /// with the epoch read before the store was asked; nothing while suspended.
+    async fn fill(&self, id: &str, record: Arc<CompletedEffect>, epoch: Option<&Epoch>) {
+        let Some(epoch) = epoch else { return };
         let ttl = self.settings.ttl_for(&record.namespace);
         if let Some(l2) = &self.l2 {
-            l2.store_value(&redis_key(id), encode(&record), ttl).await;
+            l2.store_value(&redis_key(id), encode(&record, &epoch.tag), ttl)
+                .await;
         }
         self.l1
-            .insert(id, record.clone(), self.l1_ttl(&record.namespace))
+            .insert(
+                id,
+                record.clone(),
+                self.l1_ttl(&record.namespace),
+                epoch.generation,
+            )
             .await;
     }
 
@@ -448,14 +485,15 @@ fn redis_key(id: &str) -> String {
     format!("fx|{id}")
 }
 
-const RECORD_TAG: &str = "e1|";
+const RECORD_TAG: &str = "e2|";
 
-/// `e1|fingerprint|attempt|completed µs|namespace|key|base64 response`
-/// (neither namespace nor key contains '|').
-pub fn encode(r: &CompletedEffect) -> String {
+/// `e2|epoch|fingerprint|attempt|completed µs|namespace|key|base64 response`
+/// (neither namespace nor key contains '|'); the epoch tag names the
+/// primary that holds the record ([`crate::primary`]).
+pub fn encode(r: &CompletedEffect, tag: &str) -> String {
     use base64::Engine;
     format!(
-        "{RECORD_TAG}{}|{}|{}|{}|{}|{}",
+        "{RECORD_TAG}{tag}|{}|{}|{}|{}|{}|{}",
         r.fingerprint,
         r.attempt,
         crate::time_fmt::to_micros(r.completed_at),
@@ -465,10 +503,12 @@ pub fn encode(r: &CompletedEffect) -> String {
     )
 }
 
-/// The inverse of [`encode`]; `None` for anything malformed.
-pub fn decode(v: &str) -> Option<CompletedEffect> {
+/// The inverse of [`encode`]: the epoch tag and the record; `None` for
+/// anything malformed.
+pub fn decode(v: &str) -> Option<(String, CompletedEffect)> {
     use base64::Engine;
-    let mut parts = v.strip_prefix(RECORD_TAG)?.splitn(6, '|');
+    let mut parts = v.strip_prefix(RECORD_TAG)?.splitn(7, '|');
+    let tag = parts.next()?.to_string();
     let fingerprint = parts.next()?.to_string();
     let attempt = parts.next()?.parse().ok()?;
     let completed_at = crate::time_fmt::from_micros(parts.next()?.parse().ok()?);
@@ -477,14 +517,17 @@ pub fn decode(v: &str) -> Option<CompletedEffect> {
     let response = base64::engine::general_purpose::STANDARD
         .decode(parts.next()?)
         .ok()?;
-    Some(CompletedEffect {
-        namespace,
-        key,
-        fingerprint,
-        response,
-        completed_at,
-        attempt,
-    })
+    Some((
+        tag,
+        CompletedEffect {
+            namespace,
+            key,
+            fingerprint,
+            response,
+            completed_at,
+            attempt,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -501,7 +544,7 @@ mod tests {
             completed_at: crate::time_fmt::now_micros(),
             attempt: 2,
         };
-        assert_eq!(decode(&encode(&r)), Some(r));
+        assert_eq!(decode(&encode(&r, "6a.3")), Some(("6a.3".to_string(), r)));
         assert_eq!(decode("r1|whatever"), None);
     }
 }

@@ -9,19 +9,31 @@
 //! submission's fingerprint, so a reused producer key is refused at every
 //! tier. Everything not answered from a cache goes to the store, whose unique
 //! claim decides.
+//!
+//! # Across a failover (DESIGN §7)
+//! Each decision first asks the store's [`PrimaryWatch`] for the epoch the
+//! caches may answer in. None (the primary's identity is unconfirmed: a
+//! probe failed or nothing has connected yet): no cache is read or filled,
+//! the store decides or the caller gets `UNAVAILABLE`. Otherwise L1 answers
+//! only entries filled in that epoch's generation and L2 only results
+//! tagged with it; results are filled with the epoch read *before* the
+//! store was asked, so a result committed on an old primary is never
+//! tagged with a new one.
 
 use crate::audit::AuditQueue;
 use crate::cache::LocalCache;
-use crate::error::GateError;
+use crate::error::{GateError, StoreError};
 use crate::group_commit::Committer;
 use crate::key::key_prefix;
 use crate::pb;
+use crate::primary::{Epoch, PrimaryWatch};
 use crate::redis_tier::{Lease, RedisTier};
 pub use crate::store::Tier;
 use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, Store, StoredResult};
 use crate::submission::{Limits, Submission};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A decision: the outcome, the stored result and who decided.
 #[derive(Debug, Clone)]
@@ -39,6 +51,9 @@ pub struct Gate {
     audit: AuditQueue,
     limits: Limits,
     instance: Arc<str>,
+    primary: Arc<PrimaryWatch>,
+    /// The generation L1 was last used in: on a change L1 is emptied.
+    l1_generation: AtomicU64,
 }
 
 impl Gate {
@@ -52,6 +67,8 @@ impl Gate {
         instance: Arc<str>,
     ) -> Self {
         Self {
+            primary: store.primary(),
+            l1_generation: AtomicU64::new(0),
             store,
             l1,
             l2,
@@ -105,7 +122,14 @@ impl Gate {
     /// The stored result for a key, from the nearest tier that has it.
     pub async fn lookup(&self, key: &str) -> Result<Option<Decided>, GateError> {
         crate::submission::validate_lookup_key(key)?;
-        if let Some(r) = self.l1.get(key).await {
+        if let Some(epoch) = self.epoch() {
+            return Box::pin(self.lookup_cached(key, &epoch)).await;
+        }
+        self.lookup_in_store(key).await
+    }
+
+    async fn lookup_cached(&self, key: &str, epoch: &Epoch) -> Result<Option<Decided>, GateError> {
+        if let Some(r) = self.l1.get(key, epoch.generation).await {
             return Ok(Some(Decided {
                 claimed: false,
                 result: r,
@@ -113,7 +137,7 @@ impl Gate {
             }));
         }
         if let Some(r) = match &self.l2 {
-            Some(l2) => l2.get(key).await,
+            Some(l2) => l2.get(key, &epoch.tag).await,
             None => None,
         } {
             return Ok(Some(Decided {
@@ -122,6 +146,10 @@ impl Gate {
                 tier: Tier::Redis,
             }));
         }
+        self.lookup_in_store(key).await
+    }
+
+    async fn lookup_in_store(&self, key: &str) -> Result<Option<Decided>, GateError> {
         Ok(self.store.lookup(key).await?.map(|r| Decided {
             claimed: false,
             result: Arc::new(r),
@@ -137,8 +165,25 @@ impl Gate {
         })
     }
 
+    /// The epoch the caches may answer in (emptying L1 when it moved), or
+    /// `None` while the primary's identity is unconfirmed (counted).
+    fn epoch(&self) -> Option<Epoch> {
+        let Some(epoch) = self.primary.trusted() else {
+            metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "suspended")
+                .increment(1);
+            return None;
+        };
+        if self.l1_generation.swap(epoch.generation, Ordering::Relaxed) != epoch.generation {
+            self.l1.clear();
+        }
+        Some(epoch)
+    }
+
     async fn decide(&self, s: &Submission) -> Result<Answer, GateError> {
-        if let Some(r) = self.l1.get(&s.key).await {
+        let Some(epoch) = self.epoch() else {
+            return Box::pin(self.decide_below_l1(s, None)).await;
+        };
+        if let Some(r) = self.l1.get(&s.key, epoch.generation).await {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
                 .increment(1);
             return Ok(self.cached_answer(s, r, Tier::LocalCache));
@@ -148,22 +193,22 @@ impl Gate {
         // Boxed: the L2 and store round trips make a future of several KiB,
         // which every layer above (the deadline task, the gRPC handler)
         // would otherwise carry and copy even for an L1 hit.
-        Box::pin(self.decide_below_l1(s)).await
+        Box::pin(self.decide_below_l1(s, Some(epoch))).await
     }
 
-    /// L2, then the store.
-    async fn decide_below_l1(&self, s: &Submission) -> Result<Answer, GateError> {
-        let lease = match &self.l2 {
-            Some(l2) => match l2.lease(&s.key).await {
+    /// L2 (unless suspended: `epoch` is `None`), then the store.
+    async fn decide_below_l1(&self, s: &Submission, epoch: Option<Epoch>) -> Result<Answer, GateError> {
+        let lease = match (&self.l2, &epoch) {
+            (Some(l2), Some(epoch)) => match l2.lease(&s.key, &epoch.tag).await {
                 Lease::Found(r) => {
                     let r = Arc::new(r);
-                    self.l1.insert(r.clone()).await;
+                    self.l1.insert(r.clone(), epoch.generation).await;
                     return Ok(self.cached_answer(s, r, Tier::Redis));
                 }
                 Lease::Held(token) => Some(token),
                 Lease::Foreign | Lease::Skipped => None,
             },
-            None => None,
+            _ => None,
         };
         let (claimed, result) = match self.committer.claim(s.clone()).await {
             Ok(ClaimOutcome::Claimed(r)) => (true, Arc::new(r)),
@@ -173,7 +218,7 @@ impl Gate {
                 // caching for the real owner.
                 self.release(s, lease).await;
                 let stored = Arc::new(r);
-                self.fill(stored.clone()).await;
+                self.fill(stored.clone(), epoch.as_ref()).await;
                 return Ok(Answer::Refused {
                     stored,
                     tier: Tier::Database,
@@ -181,11 +226,17 @@ impl Gate {
             }
             Err(e) => {
                 tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
+                if matches!(e, StoreError::Unavailable(_)) {
+                    // Maybe the primary is gone: no cache answers until a
+                    // connection confirms who the primary is.
+                    self.primary
+                        .connection_lost("a claim lost its connection to the store");
+                }
                 self.release(s, lease).await;
                 return Err(e.into());
             }
         };
-        self.fill(result.clone()).await;
+        self.fill(result.clone(), epoch.as_ref()).await;
         Ok(Answer::Decided(Decided {
             claimed,
             result,
@@ -193,11 +244,14 @@ impl Gate {
         }))
     }
 
-    async fn fill(&self, result: Arc<StoredResult>) {
+    /// Fills the caches with a result the store returned, tagged with the
+    /// epoch read before the store was asked; nothing while suspended.
+    async fn fill(&self, result: Arc<StoredResult>, epoch: Option<&Epoch>) {
+        let Some(epoch) = epoch else { return };
         if let Some(l2) = &self.l2 {
-            l2.store_result(&result).await;
+            l2.store_result(&result, &epoch.tag).await;
         }
-        self.l1.insert(result).await;
+        self.l1.insert(result, epoch.generation).await;
     }
 
     async fn release(&self, s: &Submission, lease: Option<String>) {

@@ -29,6 +29,8 @@
 //!   Store side: `store/effect` (row types) and `effect.rs` in each backend.
 //! - [`submission`]: validation; [`key`]: key derivation and fingerprints.
 //! - [`cache`]: L1, in-process moka; [`redis_tier`]: L2, leases and results.
+//! - [`primary`]: the primary's identity (system identifier, timeline) and
+//!   the cache epoch: a failover to a new primary drops what caches hold.
 //! - [`group_commit`]: concurrent claims coalesced into one transaction,
 //!   batch de-duplication and the retry of aborted transactions.
 //! - [`store`]: the authoritative store seam — the trait, its row types and
@@ -63,6 +65,7 @@ pub mod group_commit;
 pub mod key;
 pub mod log_writer;
 pub mod metrics;
+pub mod primary;
 pub mod reconcile;
 pub mod redis_tier;
 pub mod relay;

@@ -51,13 +51,33 @@ fn describe() {
         "Decisions by outcome (CLAIMED, DUPLICATE) and deciding tier"
     );
     describe_counter!("oncegate_rejections_total", "Requests refused, by reason");
+    describe_counter!(
+        "oncegate_store_failovers_total",
+        "Times the store's connections reached a different primary (system identifier or timeline changed): L1 emptied, L2 moved to a new epoch"
+    );
+    describe_gauge!(
+        "oncegate_db_sync_replica",
+        "1 when the primary acknowledges a commit only once a synchronous standby has it (read at start); 0 when a failover can lose acknowledged claims"
+    );
+    describe_gauge!(
+        "oncegate_store_identity_confirmed",
+        "1 while a connection has confirmed the primary's identity and caches may answer; 0 while cache answers are suspended"
+    );
+    describe_histogram!(
+        "oncegate_store_identity_probe_seconds",
+        "Time taken by the periodic probe of the primary's identity"
+    );
+    describe_counter!(
+        "oncegate_store_identity_probe_failures_total",
+        "Identity probes that failed or timed out (each suspends cache answers)"
+    );
     describe_histogram!(
         "oncegate_request_duration_seconds",
         "gRPC request latency by method and result"
     );
     describe_counter!(
         "oncegate_tier_lookups_total",
-        "Tier lookups by tier and result (hit, miss, error, skipped)"
+        "Tier lookups by tier and result (hit, miss, error, skipped; suspended: no cache asked while the primary is unconfirmed)"
     );
     describe_counter!(
         "oncegate_tier_errors_total",

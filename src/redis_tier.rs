@@ -2,9 +2,12 @@
 //!
 //! `SET {prefix}{key} <token> NX GET EX <lease ttl>` claims an in-flight lease
 //! before the database; a committed result replaces the token for the dedup
-//! window. A key holding a *result* is a duplicate; a key holding *another
-//! instance's token* is not: the database resolves it. On failure the lease
-//! is released by compare-and-delete.
+//! window. A key holding a *result* of the current epoch is a duplicate; a
+//! key holding *another instance's token*, or a result tagged with another
+//! primary's epoch ([`crate::primary`]: committed on a server this store no
+//! longer talks to, so possibly lost in a failover), is not: the database
+//! resolves it, and the result it commits or finds replaces the old one. On
+//! failure the lease is released by compare-and-delete.
 //!
 //! Every call has a short timeout and goes through a circuit breaker, so a
 //! slow or dead Redis costs at most one timeout per breaker period.
@@ -19,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-const RESULT_TAG: &str = "r1|";
+const RESULT_TAG: &str = "r2|";
 const RELEASE_SCRIPT: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
@@ -131,8 +134,8 @@ impl RedisTier {
     }
 
     /// Tries to take the in-flight lease for `key`, learning in the same
-    /// round trip whether a result or another token is there.
-    pub async fn lease(&self, key: &str) -> Lease {
+    /// round trip whether a result of epoch `tag` or another token is there.
+    pub async fn lease(&self, key: &str, tag: &str) -> Lease {
         if !self.breaker.allow() {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "REDIS", "result" => "skipped")
                 .increment(1);
@@ -156,7 +159,7 @@ impl RedisTier {
             None => Lease::Skipped,
             Some(None) => Lease::Held(token),
             Some(Some(v)) => match decode(&v) {
-                Some(r) if r.key == key => Lease::Found(r),
+                Some((epoch, r)) if r.key == key && epoch == tag => Lease::Found(r),
                 _ => Lease::Foreign,
             },
         };
@@ -169,18 +172,20 @@ impl RedisTier {
         lease
     }
 
-    /// Reads a stored result without leasing (for `Lookup`).
-    pub async fn get(&self, key: &str) -> Option<StoredResult> {
+    /// Reads a stored result of epoch `tag` without leasing (for `Lookup`).
+    pub async fn get(&self, key: &str, tag: &str) -> Option<StoredResult> {
         self.get_value(key)
             .await
             .as_deref()
             .and_then(decode)
-            .filter(|r| r.key == key)
+            .filter(|(epoch, r)| r.key == key && epoch == tag)
+            .map(|(_, r)| r)
     }
 
-    /// Stores a committed result for the dedup window (replacing any token).
-    pub async fn store_result(&self, result: &StoredResult) {
-        self.store_value(&result.key, encode(result), self.settings.dedup_ttl)
+    /// Stores a result committed in epoch `tag` for the dedup window
+    /// (replacing any token or older result).
+    pub async fn store_result(&self, result: &StoredResult, tag: &str) {
+        self.store_value(&result.key, encode(result, tag), self.settings.dedup_ttl)
             .await;
     }
 
@@ -240,12 +245,13 @@ impl RedisTier {
     }
 }
 
-/// `r1|fingerprint|disbursement id|amount|recorded µs|sequence|key|award id`
-/// (award ids never contain '|'; it is last anyway).
-pub fn encode(r: &StoredResult) -> String {
+/// `r2|epoch|fingerprint|disbursement id|amount|recorded µs|sequence|key|award id`
+/// (award ids never contain '|'; it is last anyway). The epoch tag names
+/// the primary that committed it (empty for the embedded store).
+pub fn encode(r: &StoredResult, tag: &str) -> String {
     let d = &r.disbursement;
     format!(
-        "{RESULT_TAG}{}|{}|{}|{}|{}|{}|{}",
+        "{RESULT_TAG}{tag}|{}|{}|{}|{}|{}|{}|{}",
         r.fingerprint,
         d.id.simple(),
         d.amount_cents,
@@ -256,9 +262,11 @@ pub fn encode(r: &StoredResult) -> String {
     )
 }
 
-/// The inverse of [`encode`]; `None` for tokens and anything malformed.
-pub fn decode(v: &str) -> Option<StoredResult> {
-    let mut parts = v.strip_prefix(RESULT_TAG)?.splitn(7, '|');
+/// The inverse of [`encode`]: the epoch tag and the result; `None` for
+/// tokens and anything malformed.
+pub fn decode(v: &str) -> Option<(String, StoredResult)> {
+    let mut parts = v.strip_prefix(RESULT_TAG)?.splitn(8, '|');
+    let tag = parts.next()?.to_string();
     let fingerprint = parts.next()?.to_string();
     let id = Uuid::parse_str(parts.next()?).ok()?;
     let amount_cents = parts.next()?.parse().ok()?;
@@ -266,17 +274,20 @@ pub fn decode(v: &str) -> Option<StoredResult> {
     let sequence = parts.next()?.parse().ok()?;
     let key = parts.next()?.to_string();
     let award_id = parts.next()?.to_string();
-    Some(StoredResult {
-        key,
-        fingerprint,
-        disbursement: Disbursement {
-            id,
-            award_id,
-            amount_cents,
-            recorded_at,
-            sequence,
+    Some((
+        tag,
+        StoredResult {
+            key,
+            fingerprint,
+            disbursement: Disbursement {
+                id,
+                award_id,
+                amount_cents,
+                recorded_at,
+                sequence,
+            },
         },
-    })
+    ))
 }
 
 /// Circuit breaker state, also exported as the gauge
@@ -427,7 +438,8 @@ mod tests {
                 sequence: 7,
             },
         };
-        assert_eq!(decode(&encode(&r)), Some(r));
+        assert_eq!(decode(&encode(&r, "6a.2")), Some(("6a.2".to_string(), r.clone())));
+        assert_eq!(decode(&encode(&r, "")), Some((String::new(), r)));
         assert_eq!(decode("t:pod-a:0123"), None);
     }
 }

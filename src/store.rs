@@ -13,6 +13,7 @@ pub mod shared;
 pub mod sqlite;
 
 use crate::error::StoreError;
+pub use crate::primary::{Epoch, PrimaryWatch, ServerIdentity};
 use crate::submission::Submission;
 use async_trait::async_trait;
 pub use effect::{BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, FencedOutcome, Taken};
@@ -601,6 +602,24 @@ pub trait Store: Send + Sync + 'static {
     /// (DESIGN §7): `None` where the store has no replication (SQLite).
     async fn replication(&self) -> Result<Option<Replication>, StoreError> {
         Ok(None)
+    }
+
+    /// Who this store's connections reach (DESIGN §7): the watch every new
+    /// connection and [`probe_primary`](Self::probe_primary) report to, and
+    /// that tells the caches whether, and in which epoch, they may answer.
+    /// An embedded store has no failover: always trusted.
+    fn primary(&self) -> Arc<PrimaryWatch> {
+        Arc::new(PrimaryWatch::embedded())
+    }
+
+    /// Reads the server's identity on a connection of the probe's own (kept
+    /// open between probes) and reports it to [`primary`](Self::primary);
+    /// an error (or no answer within `timeout`) means no connection
+    /// confirmed it. Nothing to do without a
+    /// server.
+    async fn probe_primary(&self, timeout: Duration) -> Result<(), StoreError> {
+        let _ = timeout;
+        Ok(())
     }
 
     /// Grants `role` exactly the application role's privileges (run as the

@@ -15,6 +15,8 @@ use crate::cache::ENTRY_OVERHEAD;
 struct Entry {
     record: Arc<CompletedEffect>,
     ttl: Duration,
+    /// The cache generation it was filled in ([`crate::primary::Epoch`]).
+    generation: u64,
 }
 
 struct PerEntryTtl;
@@ -44,12 +46,32 @@ impl EffectCache {
         Self { inner }
     }
 
-    /// The completed record cached under `id` (`{namespace}|{key}`).
-    pub async fn get(&self, id: &str) -> Option<Arc<CompletedEffect>> {
-        self.inner.get(id).await.map(|e| e.record)
+    /// The completed record cached under `id` (`{namespace}|{key}`), if it
+    /// was filled in `generation`; an older generation's entry is dropped.
+    pub async fn get(&self, id: &str, generation: u64) -> Option<Arc<CompletedEffect>> {
+        let entry = self.inner.get(id).await?;
+        if entry.generation == generation {
+            return Some(entry.record);
+        }
+        self.inner.invalidate(id).await;
+        None
     }
 
-    pub async fn insert(&self, id: &str, record: Arc<CompletedEffect>, ttl: Duration) {
-        self.inner.insert(Arc::from(id), Entry { record, ttl }).await;
+    pub async fn insert(&self, id: &str, record: Arc<CompletedEffect>, ttl: Duration, generation: u64) {
+        self.inner
+            .insert(
+                Arc::from(id),
+                Entry {
+                    record,
+                    ttl,
+                    generation,
+                },
+            )
+            .await;
+    }
+
+    /// Drops every entry (the primary changed).
+    pub fn clear(&self) {
+        self.inner.invalidate_all();
     }
 }

@@ -13,7 +13,7 @@ use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 use std::collections::HashMap;
 use std::str::FromStr;
 use tokio::sync::Mutex;
@@ -49,8 +49,33 @@ const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
 const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
 const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 
+/// The server's identity (DESIGN §7): its system identifier and the WAL
+/// timeline it writes now. The timeline comes from the current WAL file's
+/// name, which changes the moment a standby is promoted
+/// (`pg_control_checkpoint()` lags until the next checkpoint); on a standby
+/// `pg_current_wal_lsn()` fails, so a connection that reaches a server in
+/// recovery is refused rather than used.
+const IDENTITY_SQL: &str = "SELECT (SELECT system_identifier FROM pg_control_system()), \
+     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int4";
+
+/// Reads the identity on `conn` and reports it to `watch`.
+async fn read_identity(conn: &mut PgConnection, watch: &PrimaryWatch) -> Result<(), sqlx::Error> {
+    let (system_identifier, timeline): (i64, i32) = sqlx::query_as(IDENTITY_SQL).fetch_one(conn).await?;
+    watch.observe(ServerIdentity {
+        system_identifier,
+        timeline: timeline as u32,
+    });
+    Ok(())
+}
+
 pub struct PostgresStore {
     pool: PgPool,
+    /// The identity every new connection (and the probe) reports to.
+    primary: Arc<PrimaryWatch>,
+    /// The probe's own connection, kept between probes: its loss is the
+    /// loss of the primary.
+    probe: Mutex<Option<PgConnection>>,
+    probe_options: PgConnectOptions,
     /// Without the session timeouts: for migrations, which may rightly
     /// take long (an index on a large table).
     migration_options: PgConnectOptions,
@@ -136,13 +161,22 @@ impl PostgresStore {
             ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
             ("tcp_keepalives_count", "3".to_string()),
         ]);
+        let primary = Arc::new(PrimaryWatch::new());
+        let watch = primary.clone();
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(3))
-            .connect_lazy_with(options);
+            .after_connect(move |conn, _| {
+                let watch = watch.clone();
+                Box::pin(async move { read_identity(conn, &watch).await })
+            })
+            .connect_lazy_with(options.clone());
         Ok(Self {
             pool,
+            primary,
+            probe: Mutex::new(None),
+            probe_options: options,
             migration_options,
             listener: Mutex::new(None),
             outbox_written: tokio::sync::Notify::new(),
@@ -486,6 +520,34 @@ impl Store for PostgresStore {
             synchronous_commit,
             sync_standbys,
         }))
+    }
+
+    fn primary(&self) -> Arc<PrimaryWatch> {
+        self.primary.clone()
+    }
+
+    async fn probe_primary(&self, timeout: Duration) -> Result<(), StoreError> {
+        let mut probe = self.probe.lock().await;
+        let read = tokio::time::timeout(timeout, async {
+            let conn = match probe.as_mut() {
+                Some(conn) => conn,
+                None => probe.insert(PgConnection::connect_with(&self.probe_options).await?),
+            };
+            read_identity(conn, &self.primary).await
+        })
+        .await;
+        match read {
+            Ok(Ok(())) => Ok(()),
+            failed => {
+                // Broken, cut short, or on a server in recovery: the next
+                // probe starts on a new connection.
+                *probe = None;
+                Err(match failed {
+                    Ok(Err(e)) => StoreError::from(e),
+                    _ => StoreError::Unavailable(format!("identity probe took over {timeout:?}")),
+                })
+            }
+        }
     }
 
     async fn grant_app_role(&self, role: &str) -> Result<(), StoreError> {

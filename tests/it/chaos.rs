@@ -101,7 +101,7 @@ impl Drop for ThrowawayPg {
     }
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::process::Command::new("id")
         .arg("-u")
         .output()
@@ -111,7 +111,7 @@ fn running_as_root() -> bool {
 
 /// `initdb` or `pg_ctl`: from `ONCEGATE_TEST_PG_BIN` (set by `scripts/test`)
 /// or the `PATH`; as the `postgres` user when running as root.
-fn pg_command(program: &str) -> std::process::Command {
+pub(crate) fn pg_command(program: &str) -> std::process::Command {
     let program = match std::env::var("ONCEGATE_TEST_PG_BIN") {
         Ok(dir) if !dir.is_empty() => format!("{dir}/{program}"),
         _ => program.to_string(),
@@ -125,7 +125,7 @@ fn pg_command(program: &str) -> std::process::Command {
     }
 }
 
-fn run(cmd: &mut std::process::Command) {
+pub(crate) fn run(cmd: &mut std::process::Command) {
     let out = cmd.output().expect("spawn");
     assert!(
         out.status.success(),

@@ -399,10 +399,13 @@ where
 }
 
 /// A TCP proxy in front of a real server. `cut()` drops every connection
-/// and refuses new ones (the server "goes away"); `restore()` brings it back.
+/// and refuses new ones (the server "goes away"); `restore()` brings it back;
+/// `repoint()` sends new connections to another server (a Service whose
+/// endpoint moved to a promoted standby).
 pub struct FaultProxy {
     pub addr: SocketAddr,
     up: watch::Sender<bool>,
+    upstream: Arc<std::sync::Mutex<SocketAddr>>,
     task: JoinHandle<()>,
 }
 
@@ -411,6 +414,8 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (up, up_rx) = watch::channel(true);
+        let upstream = Arc::new(std::sync::Mutex::new(upstream));
+        let target = upstream.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
@@ -421,6 +426,7 @@ impl FaultProxy {
                     continue;
                 }
                 let mut rx = up_rx.clone();
+                let upstream = *target.lock().unwrap();
                 tokio::spawn(async move {
                     let Ok(mut outbound) = TcpStream::connect(upstream).await else {
                         return;
@@ -432,7 +438,17 @@ impl FaultProxy {
                 });
             }
         });
-        Self { addr, up, task }
+        Self {
+            addr,
+            up,
+            upstream,
+            task,
+        }
+    }
+
+    /// New connections go to `to` from now on.
+    pub fn repoint(&self, to: SocketAddr) {
+        *self.upstream.lock().unwrap() = to;
     }
 
     pub fn cut(&self) {

@@ -725,11 +725,12 @@ async fn exhausted_pool_answers_unavailable_within_the_acquire_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn database_cut_answers_unavailable_within_a_bound_and_cached_duplicates_still_work() {
+async fn database_cut_answers_unavailable_within_a_bound_and_cached_duplicates_after_it() {
     let db = TestDb::new(Kind::Postgres).await;
     let proxy = FaultProxy::start(pg_addr()).await;
     let mut args = serve_args(&db);
     args.store.database_url = Some(proxy.pg_url(&db));
+    args.primary_probe_interval = Duration::from_millis(200);
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let before = submission("AWD-C", "2026-11-29T10:00:00Z", b"before", 3);
@@ -745,10 +746,21 @@ async fn database_cut_answers_unavailable_within_a_bound_and_cached_duplicates_s
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(waited < Duration::from_secs(8), "{waited:?}");
     println!("database cut: UNAVAILABLE after {waited:?}");
-    let d = c.submit(before).await.unwrap().into_inner();
-    assert_eq!((outcome(&d), tier(&d)), (Outcome::Duplicate, Tier::LocalCache));
+    // The identity probe has failed by now: the cached duplicate waits for
+    // the primary to be confirmed (DESIGN §7).
+    let err = c.submit(before.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
 
     proxy.restore();
+    let cached = eventually(Duration::from_secs(15), || {
+        let (mut c, before) = (c.clone(), before.clone());
+        async move {
+            let d = c.submit(before).await.ok().map(|d| d.into_inner());
+            d.is_some_and(|d| (outcome(&d), tier(&d)) == (Outcome::Duplicate, Tier::LocalCache))
+        }
+    })
+    .await;
+    assert!(cached, "L1 answers again once the same primary is confirmed");
     let retried = eventually(Duration::from_secs(15), || {
         let mut c = c.clone();
         async move {

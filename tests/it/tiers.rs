@@ -87,7 +87,7 @@ async fn a_foreign_in_flight_token_is_never_a_duplicate() {
     assert_eq!((outcome(&d), tier(&d)), (Outcome::Claimed, Tier::Database));
     let stored: Option<String> = redis.get(format!("{prefix}{key}")).await.unwrap();
     assert!(
-        stored.unwrap().starts_with("r1|"),
+        stored.unwrap().starts_with("r2|"),
         "the committed result replaced the token"
     );
     assert_eq!(db.counts().await.ledger(), (1, 1, 50, 1));
@@ -201,7 +201,7 @@ async fn redis_down_opens_the_breaker_and_serving_continues_then_resumes() {
     let client = redis_client(&redis.url()).await;
     let stored: Option<String> = client.get(format!("oncegate:{key}")).await.unwrap();
     assert!(
-        stored.is_some_and(|v| v.starts_with("r1|")),
+        stored.is_some_and(|v| v.starts_with("r2|")),
         "the tier is used again"
     );
     assert_eq!(sidecar.terminate().await.code(), Some(0));
@@ -279,14 +279,19 @@ async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances(
     assert_eq!(b.terminate().await.code(), Some(0));
 }
 
+/// Postgres unreachable (DESIGN §7): an L1/L2 hit touches no connection, so
+/// once the identity probe fails cache answers are suspended — duplicates
+/// and fresh work both get UNAVAILABLE, never a guess about a primary that
+/// may be gone. The same server back: the caches answer again, L1 kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn database_unreachable_answers_cached_duplicates_and_refuses_fresh_work() {
+async fn database_unreachable_suspends_cache_answers_and_refuses_fresh_work() {
     let prefix = unique("t:");
     let db = TestDb::new(Kind::Postgres).await;
     let proxy = FaultProxy::start(pg_addr()).await;
     let via_proxy = |db: &TestDb| {
         let mut args = with_redis(serve_args(db), &redis_url(), &prefix);
         args.store.database_url = Some(proxy.pg_url(db));
+        args.primary_probe_interval = Duration::from_millis(200);
         args
     };
     let a = TestApp::spawn(via_proxy(&db)).await;
@@ -295,16 +300,20 @@ async fn database_unreachable_answers_cached_duplicates_and_refuses_fresh_work()
     a.client().await.submit(known.clone()).await.unwrap();
 
     proxy.cut();
-    let from_l1 = a.client().await.submit(known.clone()).await.unwrap().into_inner();
-    assert_eq!(
-        (outcome(&from_l1), tier(&from_l1)),
-        (Outcome::Duplicate, Tier::LocalCache)
-    );
-    let from_l2 = b.client().await.submit(known.clone()).await.unwrap().into_inner();
-    assert_eq!(
-        (outcome(&from_l2), tier(&from_l2)),
-        (Outcome::Duplicate, Tier::Redis)
-    );
+    for app in [&a, &b] {
+        let suspended = eventually(Duration::from_secs(5), || {
+            let (c, known) = (app.client(), known.clone());
+            async move {
+                let err = c.await.submit(known).await.err();
+                err.is_some_and(|e| e.code() == Code::Unavailable)
+            }
+        })
+        .await;
+        assert!(
+            suspended,
+            "a cached duplicate is not answered while the primary is unconfirmed"
+        );
+    }
     let fresh = submission("AWD-DOWN", TS, b"fresh", 20);
     let started = std::time::Instant::now();
     let err = a.client().await.submit(fresh.clone()).await.unwrap_err();
@@ -316,6 +325,29 @@ async fn database_unreachable_answers_cached_duplicates_and_refuses_fresh_work()
     );
 
     proxy.restore();
+    // The same server confirmed again: L1 resumes as it was, and so does L2.
+    let resumed = eventually(Duration::from_secs(10), || {
+        let (c, known) = (a.client(), known.clone());
+        async move {
+            let d = c.await.submit(known).await.ok().map(|d| d.into_inner());
+            d.is_some_and(|d| (outcome(&d), tier(&d)) == (Outcome::Duplicate, Tier::LocalCache))
+        }
+    })
+    .await;
+    assert!(resumed, "L1 answers again once the same primary is confirmed");
+    let from_l2 = eventually(Duration::from_secs(10), || {
+        let (c, known) = (b.client(), known.clone());
+        async move {
+            let d = c.await.submit(known).await.ok().map(|d| d.into_inner());
+            // (L2, or L1 filled from L2 before the suspension.)
+            d.is_some_and(|d| outcome(&d) == Outcome::Duplicate && tier(&d) != Tier::Database)
+        }
+    })
+    .await;
+    assert!(
+        from_l2,
+        "the caches answer again once the same primary is confirmed"
+    );
     assert_eq!(
         db.counts().await.ledger(),
         (1, 1, 10, 1),

@@ -1,0 +1,233 @@
+//! Which server the store is talking to, and whether the caches may answer
+//! for it (DESIGN §7, Postgres failover).
+//!
+//! A standby promoted after an asynchronous failover does not hold every
+//! claim the old primary acknowledged, yet L1 and L2 still do. So every
+//! cached answer is tied to the identity of the primary that committed it:
+//! its system identifier and WAL timeline (a promotion starts a new
+//! timeline; a restore from backup does too). The store reports the
+//! identity it sees on every new connection and on a periodic probe; when
+//! it changes, the [`PrimaryWatch`] moves to a new [`Epoch`]: L1 entries
+//! tagged with an older generation stop answering (and are dropped), and L2
+//! values carry the epoch's tag, so every pod's entries from before stop
+//! answering too. An L1 or L2 hit touches no connection, so a failed probe
+//! (or a lost connection) *suspends* cache answers until a connection has
+//! confirmed the identity again: the same server resumes, a new one starts
+//! a new epoch first.
+
+use std::sync::Mutex;
+
+/// What identifies a primary's history: a promoted standby has the same
+/// system identifier as its old primary but a new timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub system_identifier: i64,
+    pub timeline: u32,
+}
+
+impl ServerIdentity {
+    /// The L2 tag of results committed on this server: `{sysid hex}.{timeline}`.
+    pub fn tag(&self) -> String {
+        format!("{:x}.{}", self.system_identifier, self.timeline)
+    }
+}
+
+/// The caches' current epoch: L1 entries carry `generation`, L2 values `tag`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    pub generation: u64,
+    pub tag: std::sync::Arc<str>,
+}
+
+#[derive(Debug)]
+struct State {
+    identity: Option<ServerIdentity>,
+    epoch: Epoch,
+    /// A connection has confirmed `identity` and none has failed since.
+    confirmed: bool,
+}
+
+/// The identity last seen and whether caches may answer (see the module doc).
+#[derive(Debug)]
+pub struct PrimaryWatch {
+    state: Mutex<State>,
+    /// False for a store without servers (SQLite): always trusted.
+    watched: bool,
+    /// Asks the probe to re-read the identity now (a connection was lost).
+    probe_now: tokio::sync::Notify,
+}
+
+impl PrimaryWatch {
+    /// For a store with a server: nothing confirmed yet, so no cache answers
+    /// until the first connection has read the identity.
+    pub fn new() -> Self {
+        metrics::gauge!("oncegate_store_identity_confirmed").set(0.0);
+        Self::with(false, true)
+    }
+
+    /// For an embedded store (no failover possible): always trusted, tag "".
+    pub fn embedded() -> Self {
+        Self::with(true, false)
+    }
+
+    fn with(confirmed: bool, watched: bool) -> Self {
+        Self {
+            state: Mutex::new(State {
+                identity: None,
+                epoch: Epoch {
+                    generation: 0,
+                    tag: "".into(),
+                },
+                confirmed,
+            }),
+            watched,
+            probe_now: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The epoch caches may answer in, or `None` while suspended.
+    pub fn trusted(&self) -> Option<Epoch> {
+        let state = self.lock();
+        state.confirmed.then(|| state.epoch.clone())
+    }
+
+    /// The identity last confirmed (none yet, or an embedded store: `None`).
+    pub fn identity(&self) -> Option<ServerIdentity> {
+        self.lock().identity
+    }
+
+    /// A connection read `seen`: confirms it, or — a different server than
+    /// before — moves to a new epoch first (counted and logged). Returns
+    /// whether the epoch moved.
+    pub fn observe(&self, seen: ServerIdentity) -> bool {
+        let mut state = self.lock();
+        let moved = match state.identity {
+            Some(known) if known == seen => false,
+            Some(known) => {
+                metrics::counter!("oncegate_store_failovers_total").increment(1);
+                tracing::warn!(
+                    system_identifier = seen.system_identifier,
+                    timeline = seen.timeline,
+                    previous_system_identifier = known.system_identifier,
+                    previous_timeline = known.timeline,
+                    "the store is a different primary: caches start a new epoch, answers from before are dropped"
+                );
+                true
+            }
+            None => {
+                tracing::info!(
+                    system_identifier = seen.system_identifier,
+                    timeline = seen.timeline,
+                    "store identity read"
+                );
+                false
+            }
+        };
+        if moved || state.identity.is_none() {
+            state.identity = Some(seen);
+            state.epoch = Epoch {
+                generation: state.epoch.generation + u64::from(moved),
+                tag: seen.tag().into(),
+            };
+        }
+        if !state.confirmed {
+            state.confirmed = true;
+            metrics::gauge!("oncegate_store_identity_confirmed").set(1.0);
+            if !moved {
+                tracing::info!(
+                    timeline = seen.timeline,
+                    "store identity confirmed; caches answer again"
+                );
+            }
+        }
+        moved
+    }
+
+    /// The connection to the primary is lost or unconfirmed: no cache
+    /// answers until [`observe`](Self::observe) confirms it again.
+    pub fn suspend(&self, why: &str) {
+        if !self.watched {
+            return;
+        }
+        let mut state = self.lock();
+        if state.confirmed {
+            state.confirmed = false;
+            metrics::gauge!("oncegate_store_identity_confirmed").set(0.0);
+            tracing::warn!(why, "store identity unconfirmed: cache answers suspended");
+        }
+    }
+}
+
+impl PrimaryWatch {
+    /// A store call lost its connection (or found none): suspends cache
+    /// answers at once and asks the probe to re-read the identity now, so
+    /// a primary that is merely busy is confirmed again within a round trip.
+    pub fn connection_lost(&self, why: &str) {
+        self.suspend(why);
+        if self.watched {
+            self.probe_now.notify_one();
+        }
+    }
+
+    /// Resolves when [`connection_lost`](Self::connection_lost) asked for a probe.
+    pub async fn probe_requested(&self) {
+        self.probe_now.notified().await;
+    }
+}
+
+impl Default for PrimaryWatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ServerIdentity = ServerIdentity {
+        system_identifier: 7_312_000_000_000_000_001,
+        timeline: 1,
+    };
+
+    #[test]
+    fn nothing_answers_before_the_first_identity_nor_while_suspended() {
+        let w = PrimaryWatch::new();
+        assert_eq!(w.trusted(), None);
+        assert!(!w.observe(A));
+        let first = w.trusted().expect("confirmed");
+        assert_eq!((first.generation, &*first.tag), (0, "6579714265a80001.1"));
+        w.suspend("probe failed");
+        assert_eq!(w.trusted(), None);
+        assert!(!w.observe(A), "the same server resumes the same epoch");
+        assert_eq!(w.trusted(), Some(first));
+    }
+
+    #[test]
+    fn a_new_timeline_or_system_is_a_new_epoch() {
+        let w = PrimaryWatch::new();
+        w.observe(A);
+        let promoted = ServerIdentity { timeline: 2, ..A };
+        assert!(w.observe(promoted));
+        let e = w.trusted().expect("confirmed");
+        assert_eq!((e.generation, &*e.tag), (1, "6579714265a80001.2"));
+        let other = ServerIdentity {
+            system_identifier: 42,
+            timeline: 2,
+        };
+        assert!(w.observe(other));
+        assert_eq!(w.trusted().map(|e| e.generation), Some(2));
+        assert_eq!(w.identity(), Some(other));
+    }
+
+    #[test]
+    fn an_embedded_store_is_always_trusted() {
+        let w = PrimaryWatch::embedded();
+        w.suspend("no such thing");
+        assert_eq!(w.trusted().map(|e| e.generation), Some(0));
+    }
+}
