@@ -319,6 +319,11 @@ async fn sink_down_at_start(url: &str, name: &str) {
     .await;
     let m = app.metrics().await;
     assert!(paused, "paused with the backlog counted:\n{m}");
+    assert_eq!(
+        gate_health(&app).await,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+        "claims are the sidecar's job: Gate stays SERVING while the relay is paused"
+    );
     let age = metric(&m, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0);
     let older = eventually(Duration::from_secs(10), || async {
         metric(&app.metrics().await, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0) > age + 1.0
@@ -367,6 +372,23 @@ async fn sink_down_at_start(url: &str, name: &str) {
         assert_once_in_award_order(&entries, &awards, per_award);
     }
     assert!(app.terminate().await.success());
+}
+
+/// The health status of `oncegate.v1.Gate` on the sidecar's listener.
+async fn gate_health(app: &Sidecar) -> i32 {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "oncegate.v1.Gate".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
 }
 
 /// Claims one delivery per award.
