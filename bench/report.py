@@ -71,6 +71,9 @@ FIGURES = [
     ("effects_64", "Effects API operations/s (Begin+Complete of a fresh key, or a Begin answered stored; 30 %), 64 clients"),
     ("seal_on", "sidecar fresh claims/s, 64 clients, audit sealed every second"),
     ("seal_off", "sidecar fresh claims/s, 64 clients, sealing off"),
+    ("kafka_on", "sidecar fresh claims/s, 64 clients, relay publishing to Kafka"),
+    ("kafka_off", "sidecar fresh claims/s, 64 clients, no sink"),
+    ("kafka_publish", "relay publish rate into Kafka, events/s (a backlog drained, start-up included)"),
 ]
 RATIOS = [
     ("fresh (group commit) / the peer", "fresh_gc", "peer_fresh", figure, ">= 3.0", lambda x: x >= 3.0),
@@ -83,6 +86,7 @@ RATIOS = [
     ("mix / same-schema pgbench mix", "mix_32", "pgbench_mix", figure, "(same schema, not a user's yardstick)", lambda x: None),
     ("L1 duplicates, info / warn log level", "dup_l1_64_log_info", "dup_l1_64_log_warn", figure, "(cost of the INFO line)", lambda x: None),
     ("fresh claims, sealing every second / sealing off", "seal_on", "seal_off", figure, "(cost of sealing)", lambda x: None),
+    ("fresh claims, Kafka sink on / off", "kafka_on", "kafka_off", figure, "(cost of the Kafka relay)", lambda x: None),
 ]
 
 summary = {"machine": machine, "figures": {}, "ratios": {}, "raw": rows}
@@ -130,6 +134,8 @@ COSTS = [
     ("sidecar CPU per fresh claim, sealing off", "seal_off", "sidecar_cpu_us_per_op", "", None),
     ("Postgres CPU per fresh claim, sealing every second", "seal_on", "postgres_cpu_us_per_op", "", None),
     ("Postgres CPU per fresh claim, sealing off", "seal_off", "postgres_cpu_us_per_op", "", None),
+    ("sidecar CPU per fresh claim, Kafka sink on", "kafka_on", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per fresh claim, no sink", "kafka_off", "sidecar_cpu_us_per_op", "", None),
 ]
 summary["costs"] = {}
 for label, name, key, target, ok in COSTS:
