@@ -22,6 +22,7 @@ use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, Store, StoredResult}
 use crate::submission::{Limits, Submission};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// A decision: the outcome, the stored result and who decided.
 #[derive(Debug, Clone)]
@@ -62,9 +63,16 @@ impl Gate {
         }
     }
 
-    /// Decides one delivery.
-    pub async fn submit(&self, raw: &pb::Submission) -> Result<Decided, GateError> {
-        let submission = self.validate(raw)?;
+    /// Decides one delivery. `caller_traceparent` is the caller's W3C
+    /// trace context as received: the outbox event carries it when traces
+    /// are not exported (else the current span's).
+    pub async fn submit(
+        &self,
+        raw: &pb::Submission,
+        caller_traceparent: Option<&str>,
+    ) -> Result<Decided, GateError> {
+        let mut submission = self.validate(raw)?;
+        submission.traceparent = caller_traceparent.map(str::to_owned);
         let decided = self.decide(&submission).await.and_then(Answer::into_result);
         log_decision(&submission, &decided);
         decided
@@ -74,8 +82,20 @@ impl Gate {
     /// decided once; the first is `CLAIMED` (if fresh), each later one is
     /// answered by the rule of [`StoredResult::matches`] against the first's
     /// stored result — a duplicate, or a refused key reuse — and audited.
-    pub async fn submit_batch(&self, raws: &[pb::Submission]) -> Vec<Result<Decided, GateError>> {
-        let validated: Vec<Result<Submission, GateError>> = raws.iter().map(|r| self.validate(r)).collect();
+    pub async fn submit_batch(
+        &self,
+        raws: &[pb::Submission],
+        caller_traceparent: Option<&str>,
+    ) -> Vec<Result<Decided, GateError>> {
+        let validated: Vec<Result<Submission, GateError>> = raws
+            .iter()
+            .map(|r| {
+                self.validate(r).map(|mut s| {
+                    s.traceparent = caller_traceparent.map(str::to_owned);
+                    s
+                })
+            })
+            .collect();
         let mut first: HashMap<&str, usize> = HashMap::new();
         let mut unique: Vec<&Submission> = Vec::new();
         for s in validated.iter().flatten() {
@@ -138,7 +158,11 @@ impl Gate {
     }
 
     async fn decide(&self, s: &Submission) -> Result<Answer, GateError> {
-        if let Some(r) = self.l1.get(&s.key).await {
+        let span = crate::trace_span!("l1.get", oncegate.hit = tracing::field::Empty);
+        let hit = self.l1.get(&s.key).instrument(span.clone()).await;
+        span.record("oncegate.hit", hit.is_some());
+        drop(span);
+        if let Some(r) = hit {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
                 .increment(1);
             return Ok(self.cached_answer(s, r, Tier::LocalCache));
@@ -154,7 +178,7 @@ impl Gate {
     /// L2, then the store.
     async fn decide_below_l1(&self, s: &Submission) -> Result<Answer, GateError> {
         let lease = match &self.l2 {
-            Some(l2) => match l2.lease(&s.key).await {
+            Some(l2) => match leased(l2, &s.key).await {
                 Lease::Found(r) => {
                     let r = Arc::new(r);
                     self.l1.insert(r.clone()).await;
@@ -165,7 +189,10 @@ impl Gate {
             },
             None => None,
         };
-        let (claimed, result) = match self.committer.claim(s.clone()).await {
+        let mut item = s.clone();
+        item.traceparent = crate::telemetry::for_outbox(s.traceparent.as_deref());
+        let wait = crate::trace_span!("group_commit.wait");
+        let (claimed, result) = match self.committer.claim(item).instrument(wait).await {
             Ok(ClaimOutcome::Claimed(r)) => (true, Arc::new(r)),
             Ok(ClaimOutcome::Duplicate(r)) => (false, Arc::new(r)),
             Ok(ClaimOutcome::KeyReused(r)) => {
@@ -195,7 +222,8 @@ impl Gate {
 
     async fn fill(&self, result: Arc<StoredResult>) {
         if let Some(l2) = &self.l2 {
-            l2.store_result(&result).await;
+            let span = crate::trace_span!("l2.fill", db.system = "redis");
+            l2.store_result(&result).instrument(span).await;
         }
         self.l1.insert(result).await;
     }
@@ -255,6 +283,26 @@ impl Gate {
                 .then(|| "idempotency key reused with a different submission".to_string()),
         });
     }
+}
+
+/// An L2 lease (`SET NX`) in its span, with its answer as an attribute.
+async fn leased(l2: &RedisTier, key: &str) -> Lease {
+    let span = crate::trace_span!(
+        "l2.lease",
+        db.system = "redis",
+        oncegate.lease = tracing::field::Empty
+    );
+    let lease = l2.lease(key).instrument(span.clone()).await;
+    span.record(
+        "oncegate.lease",
+        match &lease {
+            Lease::Found(_) => "found",
+            Lease::Held(_) => "held",
+            Lease::Foreign => "foreign",
+            Lease::Skipped => "skipped",
+        },
+    );
+    lease
 }
 
 /// How the tiers answered one submission.
