@@ -125,7 +125,9 @@ fn server_span<T>(req: &Request<T>, method: &'static str) -> tracing::Span {
         oncegate.duplicates = tracing::field::Empty,
         oncegate.errors = tracing::field::Empty,
     );
-    crate::telemetry::set_parent(&span, caller_traceparent(req));
+    if !span.is_disabled() {
+        crate::telemetry::set_parent(&span, caller_traceparent(req));
+    }
     span
 }
 

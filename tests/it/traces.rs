@@ -97,6 +97,41 @@ fn attributes(span: &Span) -> HashMap<String, String> {
         .collect()
 }
 
+/// The trace as an indented tree (name, duration, the attributes oncegate
+/// sets), printed by the tests for the record (`--nocapture`).
+fn render(spans: &[Span]) -> String {
+    fn walk(spans: &[Span], parent: &[u8], depth: usize, out: &mut String) {
+        let mut children: Vec<&Span> = spans.iter().filter(|s| s.parent_span_id == parent).collect();
+        children.sort_by_key(|s| s.start_time_unix_nano);
+        for s in children {
+            let us = s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano) / 1000;
+            let mut attrs: Vec<(String, String)> = attributes(s)
+                .into_iter()
+                .filter(|(k, _)| {
+                    k.starts_with("oncegate.")
+                        || k.starts_with("rpc.method")
+                        || k.starts_with("messaging.system")
+                        || k == "db.system"
+                })
+                .collect();
+            attrs.sort();
+            let attrs: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            out.push_str(&format!(
+                "{}{} {us} µs {}\n",
+                "  ".repeat(depth),
+                s.name,
+                attrs.join(" ")
+            ));
+            walk(spans, &s.span_id, depth + 1, out);
+        }
+    }
+    let mut out = String::new();
+    let caller = hex::decode(CALLER_SPAN).unwrap();
+    out.push_str(&format!("(caller span {CALLER_SPAN})\n"));
+    walk(spans, &caller, 1, &mut out);
+    out
+}
+
 fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.name == name).collect()
 }
@@ -157,6 +192,7 @@ async fn submit_and_check_spans(app: &Sidecar, receiver: &Receiver, payload: &st
         "relay.publish",
     ];
     let spans = receiver.wait_for(TRACE_ID, &wanted).await;
+    eprintln!("{}", render(&spans));
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     for n in wanted {
         assert!(names.contains(&n), "span {n} in {names:?}");
