@@ -71,9 +71,14 @@ impl Receiver {
             .collect()
     }
 
-    /// The trace's spans once every name in `names` is among them.
+    /// The trace's spans once every name in `names` is among them, as
+    /// often as it is in `names` (spans arrive in batches of their own).
     async fn wait_for(&self, trace_id: &str, names: &[&str]) -> Vec<Span> {
-        let complete = |spans: &[Span]| names.iter().all(|n| spans.iter().any(|s| s.name == *n));
+        let count = |among: &[&str], n: &str| among.iter().filter(|m| **m == n).count();
+        let complete = |spans: &[Span]| {
+            let got: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+            names.iter().all(|n| count(&got, n) >= count(names, n))
+        };
         eventually(Duration::from_secs(20), || async {
             complete(&self.of_trace(trace_id))
         })
@@ -185,6 +190,8 @@ async fn submit_and_check_spans(app: &Sidecar, receiver: &Receiver, payload: &st
     );
     let wanted = [
         "oncegate.v1.Gate/Submit",
+        "oncegate.v1.Gate/Submit",
+        "l1.get",
         "l1.get",
         "l2.lease",
         "group_commit.wait",
@@ -356,4 +363,68 @@ async fn kafka_headers(topic: &str) -> Vec<HashMap<String, String>> {
     })
     .await
     .unwrap()
+}
+
+/// A sidecar with traces off relaying to `sink`; submits one delivery with
+/// the caller's `traceparent` and waits until the outbox is published.
+async fn relay_one_traced(sink: &str, stream: &str, subject: &str) -> (Sidecar, TestDb, String) {
+    let db = TestDb::new(Kind::Sqlite).await;
+    let app = Sidecar::start(&[
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_RELAY_SINK", sink.to_string()),
+        ("ONCEGATE_RELAY_STREAM", stream.to_string()),
+        ("ONCEGATE_RELAY_SUBJECT", subject.to_string()),
+    ])
+    .await;
+    let caller = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let s = submission("AWD-T3", TS, b"relayed", 100);
+    app.client().await.submit(traced(s, &caller)).await.unwrap();
+    let published = eventually(Duration::from_secs(20), || async {
+        db.scalar("select count(*) from outbox where published_at is null")
+            .await
+            == 0
+    })
+    .await;
+    assert!(published, "{}", app.log_text());
+    (app, db, caller)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jetstream_message_carries_the_trace() {
+    let stream = crate::relay::TestStream::new().await;
+    let (app, _db, caller) = relay_one_traced(&nats_url(), &stream.name, &stream.subject).await;
+    let mut js = stream.js.get_stream(&stream.name).await.unwrap();
+    let first = js.info().await.unwrap().state.first_sequence;
+    let m = js.get_raw_message(first).await.unwrap();
+    let header = m.headers.get("traceparent").map(|v| v.as_str().to_string());
+    assert_eq!(header.as_deref(), Some(caller.as_str()));
+    assert!(app.terminate().await.success());
+    stream.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_amqp_message_carries_the_trace() {
+    use lapin::options::BasicGetOptions;
+    use lapin::types::AMQPValue;
+    let exchange = unique("og-it-trace-amqp-");
+    crate::kafka::bind_queue(&exchange).await;
+    let (app, _db, caller) = relay_one_traced(&crate::relay::amqp_url(), &exchange, "oncegate.events").await;
+    let conn = lapin::Connection::connect(&crate::relay::amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let queue = format!("{exchange}.q");
+    let got = ch
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the event is in the bound queue");
+    let headers = got.properties.headers().clone().unwrap_or_default();
+    let header = match headers.inner().get("traceparent") {
+        Some(AMQPValue::LongString(s)) => Some(s.to_string()),
+        _ => None,
+    };
+    assert_eq!(header.as_deref(), Some(caller.as_str()));
+    let _ = conn.close(0, "done".into()).await;
+    assert!(app.terminate().await.success());
 }
