@@ -34,6 +34,7 @@ use crate::submission::{Limits, Submission};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tracing::Instrument;
 
 /// A decision: the outcome, the stored result and who decided.
 #[derive(Debug, Clone)]
@@ -79,9 +80,16 @@ impl Gate {
         }
     }
 
-    /// Decides one delivery.
-    pub async fn submit(&self, raw: &pb::Submission) -> Result<Decided, GateError> {
-        let submission = self.validate(raw)?;
+    /// Decides one delivery. `caller_traceparent` is the caller's W3C
+    /// trace context as received: the outbox event carries it when traces
+    /// are not exported (else the current span's).
+    pub async fn submit(
+        &self,
+        raw: &pb::Submission,
+        caller_traceparent: Option<&str>,
+    ) -> Result<Decided, GateError> {
+        let mut submission = self.validate(raw)?;
+        submission.traceparent = caller_traceparent.map(str::to_owned);
         let decided = self.decide(&submission).await.and_then(Answer::into_result);
         log_decision(&submission, &decided);
         decided
@@ -91,8 +99,20 @@ impl Gate {
     /// decided once; the first is `CLAIMED` (if fresh), each later one is
     /// answered by the rule of [`StoredResult::matches`] against the first's
     /// stored result — a duplicate, or a refused key reuse — and audited.
-    pub async fn submit_batch(&self, raws: &[pb::Submission]) -> Vec<Result<Decided, GateError>> {
-        let validated: Vec<Result<Submission, GateError>> = raws.iter().map(|r| self.validate(r)).collect();
+    pub async fn submit_batch(
+        &self,
+        raws: &[pb::Submission],
+        caller_traceparent: Option<&str>,
+    ) -> Vec<Result<Decided, GateError>> {
+        let validated: Vec<Result<Submission, GateError>> = raws
+            .iter()
+            .map(|r| {
+                self.validate(r).map(|mut s| {
+                    s.traceparent = caller_traceparent.map(str::to_owned);
+                    s
+                })
+            })
+            .collect();
         let mut first: HashMap<&str, usize> = HashMap::new();
         let mut unique: Vec<&Submission> = Vec::new();
         for s in validated.iter().flatten() {
@@ -183,7 +203,11 @@ impl Gate {
         let Some(epoch) = self.epoch() else {
             return Box::pin(self.decide_below_l1(s, None)).await;
         };
-        if let Some(r) = self.l1.get(&s.key, epoch.generation).await {
+        let span = crate::trace_span!("l1.get", oncegate.hit = tracing::field::Empty);
+        let hit = self.l1.get(&s.key, epoch.generation).instrument(span.clone()).await;
+        span.record("oncegate.hit", hit.is_some());
+        drop(span);
+        if let Some(r) = hit {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
                 .increment(1);
             return Ok(self.cached_answer(s, r, Tier::LocalCache));
@@ -199,7 +223,7 @@ impl Gate {
     /// L2 (unless suspended: `epoch` is `None`), then the store.
     async fn decide_below_l1(&self, s: &Submission, epoch: Option<Epoch>) -> Result<Answer, GateError> {
         let lease = match (&self.l2, &epoch) {
-            (Some(l2), Some(epoch)) => match l2.lease(&s.key, &epoch.tag).await {
+            (Some(l2), Some(epoch)) => match leased(l2, &s.key, &epoch.tag).await {
                 Lease::Found(r) => {
                     let r = Arc::new(r);
                     self.l1.insert(r.clone(), epoch.generation).await;
@@ -210,7 +234,10 @@ impl Gate {
             },
             _ => None,
         };
-        let (claimed, result) = match self.committer.claim(s.clone()).await {
+        let mut item = s.clone();
+        item.traceparent = crate::telemetry::for_outbox(s.traceparent.as_deref());
+        let wait = crate::trace_span!("group_commit.wait");
+        let (claimed, result) = match self.committer.claim(item).instrument(wait).await {
             Ok(ClaimOutcome::Claimed(r)) => (true, Arc::new(r)),
             Ok(ClaimOutcome::Duplicate(r)) => (false, Arc::new(r)),
             Ok(ClaimOutcome::KeyReused(r)) => {
@@ -249,7 +276,8 @@ impl Gate {
     async fn fill(&self, result: Arc<StoredResult>, epoch: Option<&Epoch>) {
         let Some(epoch) = epoch else { return };
         if let Some(l2) = &self.l2 {
-            l2.store_result(&result, &epoch.tag).await;
+            let span = crate::trace_span!("l2.fill", db.system = "redis");
+            l2.store_result(&result, &epoch.tag).instrument(span).await;
         }
         self.l1.insert(result, epoch.generation).await;
     }
@@ -309,6 +337,26 @@ impl Gate {
                 .then(|| "idempotency key reused with a different submission".to_string()),
         });
     }
+}
+
+/// An L2 lease (`SET NX`) in its span, with its answer as an attribute.
+async fn leased(l2: &RedisTier, key: &str, tag: &str) -> Lease {
+    let span = crate::trace_span!(
+        "l2.lease",
+        db.system = "redis",
+        oncegate.lease = tracing::field::Empty
+    );
+    let lease = l2.lease(key, tag).instrument(span.clone()).await;
+    span.record(
+        "oncegate.lease",
+        match &lease {
+            Lease::Found(_) => "found",
+            Lease::Held(_) => "held",
+            Lease::Foreign => "foreign",
+            Lease::Skipped => "skipped",
+        },
+    );
+    lease
 }
 
 /// How the tiers answered one submission.

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 /// Group commit settings.
 #[derive(Debug, Clone, Copy)]
@@ -226,7 +227,8 @@ async fn run_batch(
 ) {
     let (items, replies): (Vec<Submission>, Vec<Reply>) = jobs.into_iter().unzip();
     let batch = ClaimBatch::new(&items);
-    let result = claim_with_retry(store, &batch, ctx, open).await;
+    let span = batch_span(store, &items);
+    let result = claim_with_retry(store, &batch, ctx, open).instrument(span).await;
     drop(turn);
     match result {
         Ok(outcomes) => {
@@ -282,7 +284,27 @@ pub async fn claim_batch(
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let batch = ClaimBatch::new(items);
-    claim_with_retry(store, &batch, ctx, Ok(None)).await
+    claim_with_retry(store, &batch, ctx, Ok(None))
+        .instrument(batch_span(store, items))
+        .await
+}
+
+/// The span of one batch transaction (its retries included): a child of
+/// the first item's trace, linked to every other item's.
+fn batch_span(store: &dyn Store, items: &[Submission]) -> tracing::Span {
+    let span = crate::trace_span!(
+        "claim_batch",
+        db.system = store.backend().as_str(),
+        oncegate.batch_size = items.len()
+    );
+    if !span.is_disabled() {
+        let mut traces = items.iter().filter_map(|s| s.traceparent.as_deref());
+        crate::telemetry::set_parent(&span, traces.next());
+        for linked in traces {
+            crate::telemetry::add_link(&span, linked);
+        }
+    }
+    span
 }
 
 /// The first attempt in the transaction `begun` early if there is one (or

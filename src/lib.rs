@@ -45,6 +45,8 @@
 //!   §200.334 purge; [`seal`]: the sealed audit trail — the hash chain
 //!   (`seal/canonical`), its verification (`seal/verify`) and exports
 //!   (`seal/export`); `cli/audit` runs them from the command line.
+//! - [`telemetry`]: OpenTelemetry traces (OTLP), the `traceparent` helpers
+//!   and [`trace_span!`], the only way spans for the exporter are made.
 //! - Leaves: [`error`] (the service error and its one mapping to a status,
 //!   store errors, `ConfigError`), [`metrics`], [`secret`] (masking),
 //!   [`time_fmt`].
@@ -76,6 +78,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod submission;
+pub mod telemetry;
 pub mod time_fmt;
 
 /// Generated from `proto/oncegate/v1/gate.proto` and `effects.proto`.

@@ -5,6 +5,7 @@ use oncegate::cli::Cli;
 use oncegate::config::LogFormat;
 use oncegate::error::{ConfigError, EXIT_CONFIG};
 use oncegate::log_writer;
+use oncegate::telemetry;
 use std::process::ExitCode;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
@@ -39,7 +40,6 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let _log_guard = init_tracing(format, level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -47,7 +47,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(oncegate::cli::run(job)) {
+    // The trace exporter's gRPC client lives on the runtime.
+    let traces = match runtime.block_on(async { start_traces() }) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let _log_guard = init_tracing(format, level, traces.as_ref());
+    let code = match runtime.block_on(oncegate::cli::run(job)) {
         Ok(code) => code,
         // A setting only the running system can check (a privileged
         // database role, a retention below the database's floor).
@@ -60,14 +69,36 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    // Exports the spans still buffered while the runtime still runs.
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
+    code
+}
+
+/// The OTLP trace exporter when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+fn start_traces() -> anyhow::Result<Option<telemetry::Exporter>> {
+    if !telemetry::configured(|k| std::env::var(k).ok()) {
+        return Ok(None);
+    }
+    telemetry::Exporter::start().map(Some)
 }
 
 /// Logs to stderr through [`log_writer`] (a decision's log line never waits
-/// on the terminal, nor wakes a thread); JSON in production.
-fn init_tracing(format: LogFormat, default_level: &str) -> Option<log_writer::Guard> {
-    use tracing_subscriber::EnvFilter;
+/// on the terminal, nor wakes a thread); JSON in production. Spans for the
+/// trace exporter go only to it, so the log lines stay as they are.
+fn init_tracing(
+    format: LogFormat,
+    default_level: &str,
+    traces: Option<&telemetry::Exporter>,
+) -> Option<log_writer::Guard> {
+    use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, Registry};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let filter = filter.and(filter_fn(|m| !telemetry::is_trace_span(m)));
     let (writer, guard) = match log_writer::spawn(std::io::stderr()) {
         Ok((writer, guard)) => (BoxMakeWriter::new(writer), Some(guard)),
         Err(e) => {
@@ -76,13 +107,14 @@ fn init_tracing(format: LogFormat, default_level: &str) -> Option<log_writer::Gu
         }
     };
     // Colour only for a terminal: log files and collectors get plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+    };
+    let traces = traces.map(|t| t.layer());
+    tracing_subscriber::registry().with(logs).with(traces).init();
     guard
 }

@@ -39,9 +39,11 @@ use crate::secret::mask_url;
 use crate::shutdown::Stop;
 use crate::store::{OutboxEvent, Store};
 use async_trait::async_trait;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Where events go. Adding a broker is one new file implementing this.
 #[async_trait]
@@ -350,7 +352,10 @@ impl Relay {
                 postponed.push(event.event_id);
                 continue;
             }
-            match self.sink.publish(event).await {
+            let (span, sent) = traced(event, self.sink.name());
+            let result = self.sink.publish(&sent).instrument(span.clone()).await;
+            failed_on(&span, result.as_ref().err());
+            match result {
                 Ok(()) => {
                     self.broker_answered();
                     published.push(event.event_id);
@@ -402,7 +407,16 @@ impl Relay {
             report.published = published.len();
             return Ok((published, report));
         }
-        match self.sink.publish_transaction(&todo).await {
+        // One span per event, each as long as the transaction that carries it.
+        let traced: Vec<(tracing::Span, Cow<'_, OutboxEvent>)> =
+            todo.iter().map(|e| traced(e, self.sink.name())).collect();
+        let sent: Vec<&OutboxEvent> = traced.iter().map(|(_, e)| e.as_ref()).collect();
+        let result = self.sink.publish_transaction(&sent).await;
+        for (span, _) in &traced {
+            failed_on(span, result.as_ref().err().map(|f| &f.error));
+        }
+        drop(traced);
+        match result {
             Ok(()) => {
                 self.broker_answered();
                 published.extend(todo.iter().map(|e| e.event_id));
@@ -569,6 +583,43 @@ impl Relay {
         use anyhow::Context;
         let sink = sink.build().context("configuring ONCEGATE_RELAY_SINK")?;
         Ok(sink.map(|sink| Self::new(store, sink, settings)))
+    }
+}
+
+/// The span of one event's publish, a child of the trace the event was
+/// recorded under; and the event as the sink sends it: carrying the publish
+/// span's `traceparent` while traces are exported (the consumer's span
+/// then follows the publish), else the stored one unchanged (no copy).
+fn traced<'a>(event: &'a OutboxEvent, sink: &'static str) -> (tracing::Span, Cow<'a, OutboxEvent>) {
+    let span = crate::trace_span!(
+        "relay.publish",
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        messaging.system = sink,
+        messaging.message.id = %event.event_id,
+        oncegate.event_type = %event.event_type,
+        oncegate.sequence = event.sequence,
+    );
+    crate::telemetry::set_parent(&span, event.traceparent.as_deref());
+    match crate::telemetry::traceparent_of(&span) {
+        Some(own) => {
+            let sent = OutboxEvent {
+                traceparent: Some(own),
+                ..event.clone()
+            };
+            (span, Cow::Owned(sent))
+        }
+        None => (span, Cow::Borrowed(event)),
+    }
+}
+
+/// Marks a publish span failed (the error is the broker's, never the event's
+/// payload).
+fn failed_on(span: &tracing::Span, error: Option<&PublishError>) {
+    if let Some(e) = error {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", tracing::field::display(e));
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 pub struct GateService {
     gate: Arc<Gate>,
@@ -98,6 +99,84 @@ fn deadline_of<T>(req: &Request<T>) -> Option<Instant> {
     Some(Instant::now() + timeout.saturating_sub(margin))
 }
 
+/// The caller's W3C `traceparent` from the gRPC metadata, as sent.
+fn caller_traceparent<T>(req: &Request<T>) -> Option<&str> {
+    req.metadata().get("traceparent")?.to_str().ok()
+}
+
+/// The server span of one call (`method`: `oncegate.v1.Gate/Submit`), a
+/// child of the caller's `traceparent` when it sent one. Disabled (free)
+/// while traces are off.
+fn server_span<T>(req: &Request<T>, method: &'static str) -> tracing::Span {
+    let (service, name) = method.split_once('/').unwrap_or(("", method));
+    let span = crate::trace_span!(
+        "rpc",
+        otel.name = method,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = name,
+        rpc.grpc.status_code = tracing::field::Empty,
+        oncegate.decision = tracing::field::Empty,
+        oncegate.tier = tracing::field::Empty,
+        oncegate.batch_size = tracing::field::Empty,
+        oncegate.claimed = tracing::field::Empty,
+        oncegate.duplicates = tracing::field::Empty,
+        oncegate.errors = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        crate::telemetry::set_parent(&span, caller_traceparent(req));
+    }
+    span
+}
+
+/// The call's gRPC status on its server span (error status when not OK).
+fn record_status<T>(span: &tracing::Span, result: &Result<T, GateError>) {
+    record_code(
+        span,
+        result.as_ref().map_or_else(|e| e.code(), |_| tonic::Code::Ok),
+    );
+}
+
+fn record_code(span: &tracing::Span, code: tonic::Code) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("rpc.grpc.status_code", code as i32);
+    if code != tonic::Code::Ok {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The decision and the deciding tier on the server span.
+fn record_decision(span: &tracing::Span, result: &Result<Decided, GateError>) {
+    record_status(span, result);
+    if let Ok(d) = result {
+        span.record(
+            "oncegate.decision",
+            if d.claimed { "CLAIMED" } else { "DUPLICATE" },
+        );
+        span.record("oncegate.tier", d.tier.as_str());
+    }
+}
+
+/// Per-item tallies of a batch on its server span.
+fn record_batch(span: &tracing::Span, results: &[Result<Decided, GateError>]) {
+    if span.is_disabled() {
+        return;
+    }
+    let claimed = results
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(|d| d.claimed))
+        .count();
+    let errors = results.iter().filter(|r| r.is_err()).count();
+    span.record("oncegate.batch_size", results.len() as i64);
+    span.record("oncegate.claimed", claimed as i64);
+    span.record("oncegate.duplicates", (results.len() - claimed - errors) as i64);
+    span.record("oncegate.errors", errors as i64);
+}
+
 fn decision(d: &Decided) -> pb::Decision {
     let r = &d.result;
     pb::Decision {
@@ -143,17 +222,21 @@ fn result_label(r: &Result<Decided, GateError>) -> &'static str {
 impl pb::gate_server::Gate for GateService {
     async fn submit(&self, req: Request<pb::Submission>) -> Result<Response<pb::Decision>, Status> {
         let start = Instant::now();
+        let span = server_span(&req, "oncegate.v1.Gate/Submit");
         let deadline = deadline_of(&req);
-        let permit = self
-            .admit(1)
-            .inspect_err(|_| observe("Submit", start, "overloaded"))?;
+        let permit = self.admit(1).inspect_err(|e| {
+            observe("Submit", start, "overloaded");
+            record_code(&span, e.code());
+        })?;
         let gate = self.gate.clone();
+        let caller = caller_traceparent(&req).map(str::to_owned);
         let submission = req.into_inner();
-        let result = within_deadline(deadline, async move {
+        let work = async move {
             let _permit = permit;
-            gate.submit(&submission).await
-        })
-        .await;
+            gate.submit(&submission, caller.as_deref()).await
+        };
+        let result = within_deadline(deadline, work.instrument(span.clone())).await;
+        record_decision(&span, &result);
         observe("Submit", start, result_label(&result));
         Ok(Response::new(decision(&result?)))
     }
@@ -163,7 +246,9 @@ impl pb::gate_server::Gate for GateService {
         req: Request<pb::SubmitBatchRequest>,
     ) -> Result<Response<pb::SubmitBatchResponse>, Status> {
         let start = Instant::now();
+        let span = server_span(&req, "oncegate.v1.Gate/SubmitBatch");
         let deadline = deadline_of(&req);
+        let caller = caller_traceparent(&req).map(str::to_owned);
         let items = req.into_inner().submissions;
         if items.len() > self.max_batch_items {
             return Err(GateError::TooLarge(format!(
@@ -175,11 +260,15 @@ impl pb::gate_server::Gate for GateService {
         }
         let permit = self.admit(items.len().max(1))?;
         let gate = self.gate.clone();
-        let results = within_deadline(deadline, async move {
+        let work = async move {
             let _permit = permit;
-            Ok(gate.submit_batch(&items).await)
-        })
-        .await;
+            Ok(gate.submit_batch(&items, caller.as_deref()).await)
+        };
+        let results = within_deadline(deadline, work.instrument(span.clone())).await;
+        record_status(&span, &results);
+        if let Ok(r) = &results {
+            record_batch(&span, r);
+        }
         observe("SubmitBatch", start, if results.is_ok() { "ok" } else { "error" });
         let results = results?
             .into_iter()

@@ -244,6 +244,8 @@ pub struct OutboxEvent {
     /// JSON: event id, type, award id, amount, key, sequence, recorded time.
     pub payload: String,
     pub attempts: i32,
+    /// The W3C trace context it was recorded under, sent by every sink.
+    pub traceparent: Option<String>,
 }
 
 /// Outbox health, for metrics.

@@ -28,6 +28,9 @@ pub struct Submission {
     pub amount_cents: i64,
     pub payload_digest: String,
     pub fingerprint: String,
+    /// The W3C `traceparent` its outbox event carries (see
+    /// [`crate::telemetry::for_outbox`]); not part of its identity.
+    pub traceparent: Option<String>,
 }
 
 /// Limits applied while validating.
@@ -82,6 +85,7 @@ impl Submission {
             amount_cents: raw.amount_cents,
             payload_digest,
             fingerprint,
+            traceparent: None,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! AMQP 0-9-1 sink (RabbitMQ): publishes each event to a durable topic
 //! exchange (`ONCEGATE_RELAY_STREAM` names it), routing key = the event type
-//! (`disbursement.recorded`), persistent, `message_id` = the event id, with
+//! (`disbursement.recorded`), persistent, `message_id` = the event id,
+//! headers `award_id`, `sequence` and (when it has one) `traceparent`, with
 //! publisher confirms: `Ok` only once the broker confirmed the message, so an
 //! event is never marked published without a confirm. A closed channel or
 //! connection, or a broker restart, is an outage (the event stays
@@ -87,6 +88,12 @@ impl AmqpSink {
             AMQPValue::LongString(event.award_id.as_str().into()),
         );
         headers.insert("sequence".into(), AMQPValue::LongLongInt(event.sequence));
+        if let Some(traceparent) = &event.traceparent {
+            headers.insert(
+                "traceparent".into(),
+                AMQPValue::LongString(traceparent.as_str().into()),
+            );
+        }
         let properties = BasicProperties::default()
             .with_message_id(ShortString::from(event.event_id.to_string()))
             .with_content_type("application/json".into())

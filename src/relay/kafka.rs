@@ -5,7 +5,7 @@
 //! instance, idempotent producer, `acks=all`): the batch's events — key =
 //! award id, so one award's events stay in one partition in sequence order;
 //! value = the event JSON; headers `event_id`, `event_type`, `award_id`,
-//! `sequence` — and, first, a *mark* record in the compacted one-partition
+//! `sequence` and, when the event has one, `traceparent` — and, first, a *mark* record in the compacted one-partition
 //! topic `<topic>.oncegate-relay-marks` (key = the transactional id, value =
 //! the ids of every event a committed transaction carried that the relay may
 //! not have marked published yet). Both commit, or neither does.
@@ -351,7 +351,7 @@ async fn abort_or_forget(slot: &mut Option<FutureProducer>, producer: FutureProd
 /// The headers every event record carries.
 fn event_headers(event: &OutboxEvent) -> OwnedHeaders {
     let (id, sequence) = (event.event_id.to_string(), event.sequence.to_string());
-    OwnedHeaders::new()
+    let headers = OwnedHeaders::new()
         .insert(Header {
             key: "event_id",
             value: Some(&id),
@@ -367,7 +367,14 @@ fn event_headers(event: &OutboxEvent) -> OwnedHeaders {
         .insert(Header {
             key: "sequence",
             value: Some(&sequence),
-        })
+        });
+    match &event.traceparent {
+        Some(traceparent) => headers.insert(Header {
+            key: "traceparent",
+            value: Some(traceparent),
+        }),
+        None => headers,
+    }
 }
 
 fn rejected(index: usize, e: &KafkaError) -> TransactionFailure {

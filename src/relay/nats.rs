@@ -1,6 +1,7 @@
 //! NATS JetStream sink: publishes to `oncegate.events` (configurable) with `Nats-Msg-Id` set
 //! to the event id and waits for the stream's ack, so JetStream's duplicate
-//! window drops a relay's retries.
+//! window drops a relay's retries. A `traceparent` header carries the
+//! event's trace context when it has one.
 
 use super::{PUBLISH_TIMEOUT, PublishError, Sink};
 use crate::store::OutboxEvent;
@@ -125,6 +126,9 @@ impl JetStreamSink {
         headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
         headers.insert("Oncegate-Award-Id", event.award_id.as_str());
         headers.insert("Oncegate-Sequence", event.sequence.to_string().as_str());
+        if let Some(traceparent) = &event.traceparent {
+            headers.insert("traceparent", traceparent.as_str());
+        }
         let ack = context
             .publish_with_headers(self.subject.clone(), headers, event.payload.clone().into())
             .await

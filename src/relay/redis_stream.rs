@@ -1,4 +1,5 @@
-//! Redis Streams sink: `XADD <stream> MAXLEN ~ N * event_id … sequence … data …`.
+//! Redis Streams sink: `XADD <stream> MAXLEN ~ N * event_id … sequence … data …`,
+//! and `traceparent …` when the event has a trace context.
 
 use super::{PUBLISH_TIMEOUT, PublishError, Sink};
 use crate::store::OutboxEvent;
@@ -84,15 +85,19 @@ impl Sink for RedisStreamSink {
         let Some(client) = self.current() else {
             return Err(PublishError::Unavailable("not connected to Redis".into()));
         };
-        let fields: MultipleOrderedPairs = vec![
+        let mut fields = vec![
             ("event_id", event.event_id.to_string()),
             ("type", event.event_type.clone()),
             ("award_id", event.award_id.clone()),
             ("sequence", event.sequence.to_string()),
             ("data", event.payload.clone()),
-        ]
-        .try_into()
-        .map_err(|e: fred::error::Error| PublishError::Rejected(e.to_string()))?;
+        ];
+        if let Some(traceparent) = &event.traceparent {
+            fields.push(("traceparent", traceparent.clone()));
+        }
+        let fields: MultipleOrderedPairs = fields
+            .try_into()
+            .map_err(|e: fred::error::Error| PublishError::Rejected(e.to_string()))?;
         let cap: XCap = (XCapKind::MaxLen, XCapTrim::AlmostExact, self.maxlen, None)
             .try_into()
             .map_err(|e: fred::error::Error| PublishError::Rejected(e.to_string()))?;

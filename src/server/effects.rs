@@ -2,7 +2,7 @@
 //! caller's deadline (a waiting `Begin` ends with `DEADLINE_EXCEEDED`), and
 //! the wire mapping.
 
-use super::{admit, deadline_of, within_deadline};
+use super::{admit, deadline_of, record_status, server_span, within_deadline};
 use crate::effects::{Begun, Effects};
 use crate::error::GateError;
 use crate::pb;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 pub struct EffectsService {
     effects: Arc<Effects>,
@@ -61,13 +62,15 @@ fn begin_response(b: Begun) -> pb::BeginResponse {
 impl pb::effects_server::Effects for EffectsService {
     async fn begin(&self, req: Request<pb::BeginRequest>) -> Result<Response<pb::BeginResponse>, Status> {
         let start = Instant::now();
+        let span = server_span(&req, "oncegate.v1.Effects/Begin");
         let deadline = deadline_of(&req);
         let _permit = self.admit()?;
         let raw = req.into_inner();
         // Inline, not `within_deadline`: a waiting Begin whose caller went
         // away must stop waiting (and not take a lease for nobody); each of
         // its store transactions runs in a task of its own.
-        let result = self.effects.begin(&raw, deadline).await;
+        let result = self.effects.begin(&raw, deadline).instrument(span.clone()).await;
+        record_status(&span, &result);
         observe("Begin", start, &result);
         Ok(Response::new(begin_response(result?)))
     }
@@ -77,15 +80,17 @@ impl pb::effects_server::Effects for EffectsService {
         req: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
         let start = Instant::now();
+        let span = server_span(&req, "oncegate.v1.Effects/Complete");
         let deadline = deadline_of(&req);
         let permit = self.admit()?;
         let effects = self.effects.clone();
         let raw = req.into_inner();
-        let result = within_deadline(deadline, async move {
+        let work = async move {
             let _permit = permit;
             effects.complete(&raw).await
-        })
-        .await;
+        };
+        let result = within_deadline(deadline, work.instrument(span.clone())).await;
+        record_status(&span, &result);
         observe("Complete", start, &result);
         Ok(Response::new(pb::CompleteResponse {
             completed_at: crate::time_fmt::rfc3339(result?.completed_at),
@@ -97,15 +102,17 @@ impl pb::effects_server::Effects for EffectsService {
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let start = Instant::now();
+        let span = server_span(&req, "oncegate.v1.Effects/Release");
         let deadline = deadline_of(&req);
         let permit = self.admit()?;
         let effects = self.effects.clone();
         let raw = req.into_inner();
-        let result = within_deadline(deadline, async move {
+        let work = async move {
             let _permit = permit;
             effects.release(&raw).await
-        })
-        .await;
+        };
+        let result = within_deadline(deadline, work.instrument(span.clone())).await;
+        record_status(&span, &result);
         observe("Release", start, &result);
         result?;
         Ok(Response::new(pb::ReleaseResponse {}))

@@ -357,7 +357,7 @@ impl Store for PostgresStore {
                        OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
                      AND e.leased_until >= now()) \
                ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
-             RETURNING event_id, event_type, award_id, sequence, payload::text AS payload, attempts, created_at",
+             RETURNING event_id, event_type, award_id, sequence, payload::text AS payload, attempts, created_at, traceparent",
         )
         .bind(limit)
         .bind(lease.as_millis() as f64)
@@ -376,6 +376,7 @@ impl Store for PostgresStore {
                         sequence: r.try_get("sequence")?,
                         payload: r.try_get("payload")?,
                         attempts: r.try_get("attempts")?,
+                        traceparent: r.try_get("traceparent")?,
                     },
                 ))
             })

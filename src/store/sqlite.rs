@@ -124,14 +124,15 @@ async fn apply_claim(
     }
     let event_id = Uuid::now_v7();
     sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-         VALUES (?1, 'disbursement.recorded', ?2, ?3, ?4, ?5)",
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent) \
+         VALUES (?1, 'disbursement.recorded', ?2, ?3, ?4, ?5, ?6)",
     )
     .bind(event_id.to_string())
     .bind(&s.award_id)
     .bind(sequence)
     .bind(event_json(event_id, s, &d))
     .bind(to_micros(now))
+    .bind(s.traceparent.as_deref())
     .execute(&mut **tx)
     .await?;
     if payload_changed {
@@ -388,7 +389,7 @@ impl Store for SqliteStore {
                        OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
                      AND e.leased_until >= ?4) \
                ORDER BY o.created_at, o.sequence LIMIT ?1) \
-             RETURNING event_id, event_type, award_id, sequence, payload, attempts, created_at",
+             RETURNING event_id, event_type, award_id, sequence, payload, attempts, created_at, traceparent",
         )
         .bind(limit)
         .bind(now + lease.as_micros() as i64)
@@ -409,6 +410,7 @@ impl Store for SqliteStore {
                         sequence: r.try_get("sequence")?,
                         payload: r.try_get("payload")?,
                         attempts: r.try_get("attempts")?,
+                        traceparent: r.try_get("traceparent")?,
                     },
                 ))
             })

@@ -455,7 +455,7 @@ fn host_port(url: &str) -> SocketAddr {
 
 /// A queue bound to the exchange, so RabbitMQ routes the events (the AMQP
 /// sink treats an unroutable message as an outage).
-async fn bind_queue(exchange: &str) {
+pub async fn bind_queue(exchange: &str) {
     use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
     use lapin::types::FieldTable;
     let conn = lapin::Connection::connect(&amqp_url(), Default::default())

@@ -36,3 +36,4 @@ mod security;
 mod store_suite;
 mod structure;
 mod tiers;
+mod traces;

@@ -70,6 +70,14 @@ class MalformedMessage(ValueError):
     pass
 
 
+def header(msg: Message, name: str) -> str | None:
+    """A record header as text (the producer's W3C ``traceparent``, say)."""
+    for key, value in msg.headers() or []:
+        if key == name and value:
+            return value.decode("ascii", "replace")
+    return None
+
+
 def parse_body(body: bytes) -> Submission:
     """The JSON body -> a Submission. Error messages name the field, never
     quote the body."""
@@ -172,7 +180,8 @@ class KafkaGateConsumer:
         try:
             decision = self.gate.submit(submission.award_id, submission.submission_timestamp,
                                         submission.payload, submission.amount_cents,
-                                        submission.idempotency_key)
+                                        submission.idempotency_key,
+                                        traceparent=header(msg, "traceparent"))
         except GateError as exc:
             if exc.poison:
                 self.dead_letter(msg, exc.code.name, exc.message)

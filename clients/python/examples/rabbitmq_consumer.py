@@ -110,6 +110,14 @@ def parse_body(body: bytes) -> Submission:
     )
 
 
+def trace_header(message: AbstractIncomingMessage) -> str | None:
+    """The producer's W3C ``traceparent`` header, if it sent one."""
+    value = (message.headers or {}).get("traceparent")
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    return value or None
+
+
 def message_body(s: Submission) -> bytes:
     """The body this consumer reads: what a producer publishes."""
     doc = {
@@ -205,6 +213,8 @@ class RabbitConsumer:
                 payload=submission.payload,
                 amount_cents=submission.amount_cents,
                 idempotency_key=submission.idempotency_key,
+                # The producer's trace (W3C), continued by the sidecar.
+                traceparent=trace_header(message),
             )
         except GateError as exc:
             if exc.poison:

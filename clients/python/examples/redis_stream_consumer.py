@@ -175,6 +175,9 @@ class StreamConsumer:
                 payload=submission.payload,
                 amount_cents=submission.amount_cents,
                 idempotency_key=submission.idempotency_key,
+                # The producer's trace (W3C), continued by the sidecar and
+                # carried on to the disbursement event it records.
+                traceparent=(fields.get(b"traceparent") or b"").decode("ascii", "replace") or None,
             )
         except GateError as exc:
             if exc.poison:

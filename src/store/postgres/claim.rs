@@ -241,6 +241,7 @@ struct ClaimColumns<'a> {
     recorded_at: Vec<OffsetDateTime>,
     event_id: Vec<Uuid>,
     event_body: Vec<String>,
+    traceparent: Vec<Option<&'a str>>,
 }
 
 impl<'a> ClaimColumns<'a> {
@@ -288,6 +289,7 @@ impl<'a> ClaimColumns<'a> {
                 .map(|((s, d), id)| event_json(*id, s, d))
                 .collect(),
             event_id,
+            traceparent: claimed.iter().map(|s| s.traceparent.as_deref()).collect(),
         }
     }
 
@@ -315,6 +317,7 @@ impl<'a> ClaimColumns<'a> {
             .bind(&self.recorded_at)
             .bind(&self.event_id)
             .bind(&self.event_body)
+            .bind(&self.traceparent)
             .fetch_one(&mut **tx)
             .await?;
         if inserted.len() < self.key.len() {

@@ -27,6 +27,7 @@
 --   $18 recorded_at        timestamptz[]
 --   $19 event_id           uuid[]
 --   $20 event_body         text[]         JSON
+--   $21 traceparent        text[]         W3C trace context; NULL elements for none
 --
 -- Returns one row: the number of processed audit rows flagged
 -- payload_changed, and the keys whose ledger row went in. A claimed key
@@ -59,9 +60,9 @@ WITH aud AS (
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING idempotency_key
 ), ob AS (
-    INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at)
-    SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp()
-    FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[]) AS x(e, a, s, p)
+    INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent)
+    SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp(), t
+    FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[], $21::text[]) AS x(e, a, s, p, t)
     ORDER BY a, s
 )
 SELECT (SELECT count(*) FILTER (WHERE payload_changed) FROM aud),

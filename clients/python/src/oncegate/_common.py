@@ -31,6 +31,30 @@ BatchItem = Submission | Mapping[str, Any]
 
 HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
 
+try:  # optional: with the OpenTelemetry API installed, the current context is sent
+    from opentelemetry import propagate as _otel_propagate
+except ImportError:  # pragma: no cover - depends on the environment
+    _otel_propagate = None
+
+
+# -- trace context ------------------------------------------------------------
+
+
+def trace_metadata(traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The W3C trace context sent with a ``Submit``: ``traceparent`` when the
+    caller gives one (e.g. the header of the broker message being handled),
+    else the current OpenTelemetry context when ``opentelemetry`` is
+    installed, else none. The sidecar's server span continues it and the
+    outbox event carries it on."""
+    if traceparent:
+        return (("traceparent", traceparent),)
+    if _otel_propagate is None:
+        return None
+    carrier: dict[str, str] = {}
+    _otel_propagate.inject(carrier)
+    sent = tuple((k, v) for k, v in carrier.items() if k in ("traceparent", "tracestate"))
+    return sent or None
+
 
 # -- channel ------------------------------------------------------------------
 

@@ -50,15 +50,24 @@ class Gate(_common.GateBase):
         idempotency_key: str | None = None,
         *,
         timeout: float | None = None,
+        traceparent: str | None = None,
     ) -> Decision:
-        """Decide one delivery. Returns CLAIMED or DUPLICATE; raises GateError."""
+        """Decide one delivery. Returns CLAIMED or DUPLICATE; raises GateError.
+
+        ``traceparent`` (W3C) is the trace to continue; without it the current
+        OpenTelemetry context is sent when ``opentelemetry`` is installed."""
         request = _common.submit_request(
             award_id, submission_timestamp, payload, amount_cents, idempotency_key
         )
-        return _common.decision(self._call(self._stub.Submit, request, timeout))
+        metadata = _common.trace_metadata(traceparent)
+        return _common.decision(self._call(self._stub.Submit, request, timeout, metadata))
 
     def submit_batch(
-        self, submissions: Iterable[BatchItem], *, timeout: float | None = None
+        self,
+        submissions: Iterable[BatchItem],
+        *,
+        timeout: float | None = None,
+        traceparent: str | None = None,
     ) -> list[Decision | GateError]:
         """Decide many deliveries: one result per item, in order.
 
@@ -66,7 +75,8 @@ class Gate(_common.GateBase):
         a failure of the whole call is raised.
         """
         request = _common.submit_batch_request(submissions)
-        return _common.batch_results(self._call(self._stub.SubmitBatch, request, timeout))
+        metadata = _common.trace_metadata(traceparent)
+        return _common.batch_results(self._call(self._stub.SubmitBatch, request, timeout, metadata))
 
     def lookup(self, idempotency_key: str, *, timeout: float | None = None) -> Decision | None:
         """The stored result for a key (outcome DUPLICATE), or None if not found."""
@@ -165,9 +175,9 @@ class Gate(_common.GateBase):
 
     # -- plumbing -----------------------------------------------------------
 
-    def _call(self, method, request, timeout: float | None):
+    def _call(self, method, request, timeout: float | None, metadata=None):
         try:
-            return method(request, timeout=self._deadline(timeout))
+            return method(request, timeout=self._deadline(timeout), metadata=metadata)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
