@@ -601,6 +601,12 @@ pub struct SealArgs {
     /// seal then carries a signature over its digest and the key's id.
     #[arg(long, env = "ONCEGATE_AUDIT_SIGNING_KEY_FILE")]
     pub audit_signing_key_file: Option<std::path::PathBuf>,
+    /// Every seal is also appended to this file as one JSON line (number,
+    /// ids, time, digest, signature, key id) and synced before the seal is
+    /// reported: put it on a volume the database owner cannot rewrite, for
+    /// `oncegate audit verify --anchors`.
+    #[arg(long, env = "ONCEGATE_AUDIT_ANCHOR_FILE")]
+    pub audit_anchor_file: Option<std::path::PathBuf>,
 }
 
 impl SealArgs {
@@ -617,8 +623,16 @@ impl SealArgs {
             )?)),
             None => None,
         };
+        let anchors = match &self.audit_anchor_file {
+            Some(path) => Some(Arc::new(
+                crate::seal::anchor::AnchorFile::open(path)
+                    .map_err(|e| ConfigError::new(format!("ONCEGATE_AUDIT_ANCHOR_FILE: {e}")))?,
+            )),
+            None => None,
+        };
         Ok(SealSettings {
             signer,
+            anchors,
             wait: self.audit_seal_wait,
             max_rows: self.audit_seal_max_rows,
             instance,

@@ -190,6 +190,10 @@ fn describe() {
         "Audit rows no seal covers yet, as of the last sealing run"
     );
     describe_counter!(
+        "oncegate_audit_anchor_failures_total",
+        "Seals whose anchor could not be appended to ONCEGATE_AUDIT_ANCHOR_FILE (written with the next seal)"
+    );
+    describe_counter!(
         "oncegate_audit_seal_deferred_total",
         "Sealing runs that sealed nothing because open transactions outlived the wait"
     );

@@ -3,9 +3,10 @@
 
 use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
 use crate::error::ConfigError;
+use crate::seal::anchor::Anchors;
 use crate::seal::export::{self, Target};
 use crate::seal::signing::{self, Keyring};
-use crate::seal::verify::{self, VerifyReport};
+use crate::seal::verify::{self, Checks, VerifyReport};
 use crate::seal::{SealRun, SealSettings, Sealer};
 use crate::store::{StoreSettings, TimeRange};
 use anyhow::Context;
@@ -75,6 +76,11 @@ pub struct VerifyArgs {
     /// is a mismatch.
     #[arg(long = "public-key", value_name = "FILE")]
     pub public_keys: Vec<PathBuf>,
+    /// Compare every seal with the anchors kept outside the database (the
+    /// file `ONCEGATE_AUDIT_ANCHOR_FILE` names): a seal that differs from
+    /// its anchor, or an anchored seal the chain lacks, is a mismatch.
+    #[arg(long, value_name = "FILE")]
+    pub anchors: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -92,7 +98,7 @@ pub struct ExportArgs {
 /// An `audit` subcommand with its settings resolved.
 pub enum AuditJob {
     Seal(StoreSettings, SealSettings),
-    Verify(Source, TimeRange, Option<Keyring>),
+    Verify(Source, TimeRange, Checks),
     Export(StoreSettings, TimeRange, PathBuf),
     Keygen(PathBuf),
 }
@@ -125,7 +131,13 @@ impl AuditArgs {
                             .map_err(|e| ConfigError::new(format!("--public-key: {e}")))?,
                     ),
                 };
-                AuditJob::Verify(source, a.range.range()?, keys)
+                let anchors = match &a.anchors {
+                    Some(path) => {
+                        Some(Anchors::read(path).map_err(|e| ConfigError::new(format!("--anchors: {e}")))?)
+                    }
+                    None => None,
+                };
+                AuditJob::Verify(source, a.range.range()?, Checks { keys, anchors })
             }
             AuditCommand::Export(a) => {
                 AuditJob::Export(a.store.settings(AUDIT_POOL)?, a.range.range()?, a.out)
@@ -138,7 +150,7 @@ impl AuditArgs {
 pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
     match job {
         AuditJob::Seal(store, settings) => seal(store, settings).await,
-        AuditJob::Verify(source, range, keys) => verify(source, range, keys).await,
+        AuditJob::Verify(source, range, checks) => verify(source, range, checks).await,
         AuditJob::Export(store, range, out) => export(store, range, out).await,
         AuditJob::Keygen(out) => {
             let id = signing::keygen(&out).map_err(anyhow::Error::msg)?;
@@ -200,16 +212,19 @@ fn progress(what: &'static str) -> impl FnMut(u64, u64) + Send {
     }
 }
 
-async fn verify(source: Source, range: TimeRange, keys: Option<Keyring>) -> anyhow::Result<ExitCode> {
+async fn verify(source: Source, range: TimeRange, checks: Checks) -> anyhow::Result<ExitCode> {
     let mut progress = progress("verify");
+    if let Some(torn) = checks.anchors.as_ref().map(|a| a.torn).filter(|n| *n > 0) {
+        eprintln!("anchors: skipped {torn} line(s) cut short by a crash in the middle of a write");
+    }
     let report: VerifyReport = match source {
         Source::Store(settings) => {
             let store = super::open_store(&settings).await?;
-            verify::verify_store(&*store, &range, keys, &mut progress)
+            verify::verify_store(&*store, &range, checks, &mut progress)
                 .await
                 .context("verifying the audit trail")?
         }
-        Source::Export(path) => export::verify_export(&path, keys, &mut progress)
+        Source::Export(path) => export::verify_export(&path, checks, &mut progress)
             .await
             .with_context(|| format!("verifying the export {}", path.display()))?,
     };
