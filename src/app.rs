@@ -270,11 +270,20 @@ impl App {
             instance: config.instance.clone(),
         };
         let (committer, workers) = Committer::start(store.clone(), ctx, config.group_commit);
-        let (audit, flusher) = AuditQueue::new(
+        let spool = match &config.audit.spool_dir {
+            Some(dir) => Some(
+                crate::audit::spool::Spool::open(dir)
+                    .map_err(anyhow::Error::msg)
+                    .context("opening ONCEGATE_AUDIT_SPOOL_DIR")?,
+            ),
+            None => None,
+        };
+        let (audit, flusher) = AuditQueue::spooled(
             config.audit.queue,
             store.clone(),
             config.audit.batch,
             config.audit.flush_interval,
+            spool,
         );
         let l1 = LocalCache::new(config.cache.capacity_bytes, config.cache.ttl);
         let effects = effects(&config, store.clone(), redis.clone(), audit.clone());

@@ -220,6 +220,11 @@ pub struct ServeArgs {
     /// Audit flush interval.
     #[arg(long, env = "ONCEGATE_AUDIT_FLUSH_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub audit_flush_interval: Duration,
+    /// Directory (the pod's emptyDir) where queued audit rows are appended
+    /// before they are written, so a process kill loses none: the next
+    /// start writes them. One process per directory. Unset: in memory only.
+    #[arg(long, env = "ONCEGATE_AUDIT_SPOOL_DIR")]
+    pub audit_spool_dir: Option<std::path::PathBuf>,
 
     #[command(flatten)]
     pub relay: RelaySettingsArgs,
@@ -765,6 +770,7 @@ impl ServeArgs {
                 queue: self.audit_queue.max(1),
                 batch: 500,
                 flush_interval: self.audit_flush_interval,
+                spool_dir: self.audit_spool_dir.clone(),
             },
             sink: self.relay.sink(&instance),
             relay: self.relay.relay(&instance)?,
