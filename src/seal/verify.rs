@@ -115,31 +115,38 @@ impl fmt::Display for Finding {
                 f,
                 "no seal carries a signature although --public-key was given (signatures stripped, or signing never enabled)"
             ),
+            Self::AnchorDisagrees { .. } | Self::AnchoredSealsMissing { .. } => self.fmt_anchor(f),
+            Self::ExportTruncated { after, last } => write!(
+                f,
+                "seals {}..{last} missing: the export ends after seal {after} but its header lists seals up to {last}",
+                after + 1
+            ),
+        }
+    }
+}
+
+impl Finding {
+    /// The findings against anchors.
+    fn fmt_anchor(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::AnchorDisagrees { seal, why } => {
                 write!(f, "seal {seal} does not match its anchor: {why}")
             }
             Self::AnchoredSealsMissing {
                 first,
                 last,
-                chain_ends,
-            } => {
-                let what = seal_range(*first, *last);
-                match chain_ends {
-                    Some(end) => write!(
-                        f,
-                        "{what} missing: anchored outside the database, but the chain ends at seal {end}"
-                    ),
-                    None => write!(
-                        f,
-                        "{what} missing: anchored outside the database, but the chain holds no seal"
-                    ),
-                }
-            }
-            Self::ExportTruncated { after, last } => write!(
+                chain_ends: Some(end),
+            } => write!(
                 f,
-                "seals {}..{last} missing: the export ends after seal {after} but its header lists seals up to {last}",
-                after + 1
+                "{} missing: anchored outside the database, but the chain ends at seal {end}",
+                seal_range(*first, *last)
             ),
+            Self::AnchoredSealsMissing { first, last, .. } => write!(
+                f,
+                "{} missing: anchored outside the database, but the chain holds no seal",
+                seal_range(*first, *last)
+            ),
+            _ => Ok(()),
         }
     }
 }
