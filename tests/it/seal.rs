@@ -30,6 +30,7 @@ on_both_stores!(
     a_seal_that_no_longer_follows_the_chain_or_its_rows_is_not_appended,
     an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key,
     an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_forged_signature_is_refused,
+    seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -1370,6 +1371,83 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
     assert_eq!(code, 65, "{out}");
     assert!(
         out.contains("MISMATCH seal 4 missing: anchored outside the database, but the chain ends at seal 3"),
+        "{out}"
+    );
+}
+
+/// The relay publishes each seal as an `audit.sealed` event (pseudo-award
+/// `|audit`, sequence = the seal's number). A sidecar takes five claims and
+/// seals them on shutdown (the interval is an hour); the next start relays
+/// the event to a Redis stream. `audit verify --anchors redis://… --stream`
+/// reads it back: clean (exit 0) and reconcile is clean, the event noted as
+/// another type; after the owner's full re-seal, exit 65 naming seal 1.
+async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts(
+    kind: Kind,
+) {
+    let db = TestDb::new(kind).await;
+    let stream = unique("og-it-anchor-");
+    let env = [
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_RELAY_SINK", redis_url()),
+        ("ONCEGATE_RELAY_STREAM", stream.clone()),
+        ("ONCEGATE_RELAY_POLL", "100ms".to_string()),
+        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "1h".to_string()),
+    ];
+    let sidecar = Sidecar::start(&env).await;
+    let mut c = sidecar.client().await;
+    for i in 0..5 {
+        c.submit(submission("AWD-ANCHOR", TS, format!("p{i}").as_bytes(), 10))
+            .await
+            .unwrap();
+    }
+    assert!(sidecar.terminate().await.success());
+    assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 1);
+    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence = 1";
+    assert_eq!(db.scalar(event).await, 1);
+    let again = Sidecar::start(&env).await;
+    let published = "SELECT count(*) FROM outbox WHERE published_at IS NULL";
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            db.scalar(published).await == 0
+        })
+        .await
+    );
+    assert!(again.terminate().await.success());
+
+    let url = redis_url();
+    let verify = [
+        "audit",
+        "verify",
+        "--database-url",
+        &db.url,
+        "--anchors",
+        &url,
+        "--stream",
+        &stream,
+    ];
+    let (code, out) = binary(&verify).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("compared with their anchors in the broker"), "{out}");
+    assert!(out.contains(": 1 seal\n"), "{out}");
+    let reconcile = [
+        "reconcile",
+        "--database-url",
+        &db.url,
+        "--sink",
+        &url,
+        "--stream",
+        &stream,
+    ];
+    let (code, out) = binary(&reconcile).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("other"), "the audit.sealed event is noted: {out}");
+
+    let store = db.open().await;
+    owner_reseals(&db, &*store, None).await;
+    let (code, out) = binary(&verify).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains("first mismatch: seal 1 does not match its anchor: digest "),
         "{out}"
     );
 }
