@@ -1325,6 +1325,22 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
     }
     let (_, out) = run("--anchors", &anchors).await;
     assert!(out.contains("4 seals"), "{out}");
+    let python_checks = |export: &Path| {
+        let (k, a) = (Path::new("--public-key"), Path::new("--anchors"));
+        [python(&[k, &public, export]), python(&[a, &anchors, export])]
+    };
+    let before = dir.path().join("before.jsonl");
+    export::export(
+        &*store,
+        &TimeRange::default(),
+        &Target::for_path(&before),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    for (code, out) in python_checks(&before) {
+        assert_eq!(code, 0, "the Python script passes the untouched export: {out}");
+    }
 
     let forger = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
     owner_reseals(&db, &*store, Some((&forger, &key_id))).await;
@@ -1346,6 +1362,32 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
         "{out}"
     );
     assert!(out.contains("FAILED (4 mismatches)"), "{out}");
+    let after = dir.path().join("after.jsonl");
+    export::export(
+        &*store,
+        &TimeRange::default(),
+        &Target::for_path(&after),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    let [(kc, kout), (ac, aout)] = python_checks(&after);
+    assert_eq!(
+        (kc, kout.trim()),
+        (
+            65,
+            format!("FAILED: seal 1 signature by key {key_id} does not verify").as_str()
+        )
+    );
+    assert_eq!(
+        (ac, aout.trim()),
+        (65, "FAILED: seal 1 does not match its anchor: digest differs")
+    );
+    let (code, out) = python(&[&after]);
+    assert_eq!(
+        code, 0,
+        "without keys or anchors the re-sealed export passes: {out}"
+    );
 
     // The owner's own key id: an unknown key.
     let forger_id = signing::key_id(&forger.verifying_key());
