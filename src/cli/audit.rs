@@ -106,7 +106,7 @@ pub struct ExportArgs {
 /// An `audit` subcommand with its settings resolved.
 pub enum AuditJob {
     Seal(StoreSettings, SealSettings),
-    Verify(Source, TimeRange, Checks, Option<SinkSettings>),
+    Verify(Source, TimeRange, Checks, Option<Box<SinkSettings>>),
     Export(StoreSettings, TimeRange, PathBuf),
     Keygen(PathBuf),
 }
@@ -176,7 +176,7 @@ pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
 fn anchor_source(
     anchors: Option<&str>,
     stream: &str,
-) -> Result<(Option<Anchors>, Option<SinkSettings>), ConfigError> {
+) -> Result<(Option<Anchors>, Option<Box<SinkSettings>>), ConfigError> {
     let Some(given) = anchors else {
         return Ok((None, None));
     };
@@ -193,7 +193,7 @@ fn anchor_source(
     }
     Ok((
         None,
-        Some(SinkSettings {
+        Some(Box::new(SinkSettings {
             spec,
             stream: stream.to_string(),
             connection_name: "oncegate-audit-verify".into(),
@@ -201,7 +201,7 @@ fn anchor_source(
             stream_maxlen: u64::MAX,
             transactional_id: String::new(),
             lease: Duration::from_secs(30),
-        }),
+        })),
     ))
 }
 

@@ -205,8 +205,6 @@ async fn reconcile_is_clean_after_a_normal_run(kind: Kind) {
     args.relay.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
     args.relay.relay_stream = stream.clone();
     args.relay.relay_poll = Duration::from_millis(100);
-    // Counts ledger events only; seals' audit.sealed events: seal.rs.
-    args.audit_seal.audit_seal_interval = Duration::ZERO;
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     for i in 0..12 {
@@ -716,8 +714,6 @@ async fn quarantined_events_are_redriven_in_award_order_and_audited(kind: Kind) 
     args.relay.relay_batch = 2;
     args.relay.relay_max_attempts = 2;
     args.relay.relay_retry_backoff = Duration::from_millis(20);
-    // No seals: their audit.sealed events would be quarantined too.
-    args.audit_seal.audit_seal_interval = Duration::ZERO;
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let mut keys = Vec::new();

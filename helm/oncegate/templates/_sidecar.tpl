@@ -78,6 +78,14 @@ stopped after the consumer).
     {{- end }}
     - name: ONCEGATE_RELAY_STREAM
       value: {{ $v.relay.stream | quote }}
+    {{- if $v.audit.spool.enabled }}
+    - name: ONCEGATE_AUDIT_SPOOL_DIR
+      value: {{ $v.audit.spool.mountPath | quote }}
+    {{- end }}
+    {{- if $v.audit.anchors.existingClaim }}
+    - name: ONCEGATE_AUDIT_ANCHOR_FILE
+      value: {{ printf "%s/$(ONCEGATE_INSTANCE_ID).jsonl" $v.audit.anchors.mountPath | quote }}
+    {{- end }}
     {{- if $v.tls.enabled }}
     - name: ONCEGATE_TLS_CERT
       value: {{ printf "%s/%s" $v.tls.mountPath $v.tls.certKey | quote }}
@@ -146,6 +154,14 @@ stopped after the consumer).
       mountPath: {{ $v.tls.mountPath }}
       readOnly: true
     {{- end }}
+    {{- if $v.audit.spool.enabled }}
+    - name: oncegate-audit-spool
+      mountPath: {{ $v.audit.spool.mountPath }}
+    {{- end }}
+    {{- if $v.audit.anchors.existingClaim }}
+    - name: oncegate-audit-anchors
+      mountPath: {{ $v.audit.anchors.mountPath }}
+    {{- end }}
 {{- end }}
 
 {{- define "oncegate.volumes" -}}
@@ -168,5 +184,15 @@ stopped after the consumer).
   secret:
     secretName: {{ $v.tls.secretName }}
     defaultMode: {{ $v.tls.defaultMode }}
+{{- end }}
+{{- if $v.audit.spool.enabled }}
+- name: oncegate-audit-spool
+  emptyDir:
+    sizeLimit: {{ $v.audit.spool.sizeLimit }}
+{{- end }}
+{{- if $v.audit.anchors.existingClaim }}
+- name: oncegate-audit-anchors
+  persistentVolumeClaim:
+    claimName: {{ $v.audit.anchors.existingClaim }}
 {{- end }}
 {{- end }}
