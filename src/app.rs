@@ -272,12 +272,7 @@ impl App {
             instance: config.instance.clone(),
         };
         let (committer, workers) = Committer::start(store.clone(), ctx, config.group_commit);
-        let (audit, flusher) = AuditQueue::new(
-            config.audit.queue,
-            store.clone(),
-            config.audit.batch,
-            config.audit.flush_interval,
-        );
+        let (audit, flusher) = audit_queue(&config.audit, store.clone())?;
         let l1 = LocalCache::new(config.cache.capacity_bytes, config.cache.ttl);
         let effects = effects(&config, store.clone(), redis.clone(), audit.clone());
         let gate = Gate::new(
@@ -685,4 +680,27 @@ async fn report_gauges(store: &dyn Store, mut stop: Stop) {
             }
         }
     }
+}
+
+/// The audit queue and its flusher, with the spool (and the rows it held)
+/// when `ONCEGATE_AUDIT_SPOOL_DIR` is set.
+fn audit_queue(
+    settings: &AuditSettings,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<(AuditQueue, AuditFlusher)> {
+    let spool = match &settings.spool_dir {
+        Some(dir) => Some(
+            crate::audit::spool::Spool::open(dir)
+                .map_err(anyhow::Error::msg)
+                .context("opening ONCEGATE_AUDIT_SPOOL_DIR")?,
+        ),
+        None => None,
+    };
+    Ok(AuditQueue::spooled(
+        settings.queue,
+        store,
+        settings.batch,
+        settings.flush_interval,
+        spool,
+    ))
 }

@@ -5,29 +5,41 @@
 //! database are audited inside the claim transaction; an effect's lease
 //! transitions inside the effect's.) A bounded queue, flushed in batches on
 //! an interval and on shutdown; anything that does not fit is counted, never
-//! blocks a request.
+//! blocks a request. With a spool ([`spool`], `ONCEGATE_AUDIT_SPOOL_DIR`)
+//! every queued row is also appended to a local file first, so a process
+//! kill loses none of them: the next start writes them.
+
+pub mod spool;
 
 use crate::shutdown::Stop;
 use crate::store::{AuditEntry, Store};
+use spool::{Replayed, Spool};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Audit queue settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AuditSettings {
     /// Rows the queue holds at most; past it rows are dropped (counted).
     pub queue: usize,
     /// Rows per write.
     pub batch: usize,
     pub flush_interval: Duration,
+    /// Where queued rows are spooled to survive a process kill (none: in
+    /// memory only).
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 /// The request side: never blocks.
 #[derive(Clone)]
 pub struct AuditQueue {
-    tx: mpsc::Sender<AuditEntry>,
+    tx: mpsc::Sender<Numbered>,
+    spool: Option<Arc<Spool>>,
 }
+
+/// A row and its spool number (0 without a spool).
+type Numbered = (u64, AuditEntry);
 
 impl AuditQueue {
     /// A queue holding at most `capacity` rows, and its flusher.
@@ -37,36 +49,65 @@ impl AuditQueue {
         batch: usize,
         interval: Duration,
     ) -> (Self, AuditFlusher) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        (
-            Self { tx },
-            AuditFlusher {
-                rx,
-                store,
-                batch: batch.max(1),
-                interval,
-                pending: Vec::new(),
-            },
-        )
+        Self::spooled(capacity, store, batch, interval, None)
     }
 
-    /// Queues a row; counts it as dropped when the queue is full or closed.
+    /// [`Self::new`] with a spool and the rows it held at start, written
+    /// before anything new.
+    pub fn spooled(
+        capacity: usize,
+        store: Arc<dyn Store>,
+        batch: usize,
+        interval: Duration,
+        spool: Option<(Arc<Spool>, Replayed)>,
+    ) -> (Self, AuditFlusher) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (spool, pending) = match spool {
+            Some((spool, replayed)) => (Some(spool), replayed),
+            None => (None, Vec::new()),
+        };
+        if !pending.is_empty() {
+            metrics::counter!("oncegate_audit_spool_replayed_total").increment(pending.len() as u64);
+            tracing::info!(
+                rows = pending.len(),
+                "audit rows left in the spool by the last run will be written"
+            );
+        }
+        let flusher = AuditFlusher {
+            rx,
+            store,
+            batch: batch.max(1),
+            interval,
+            pending,
+            spool: spool.clone(),
+        };
+        (Self { tx, spool }, flusher)
+    }
+
+    /// Queues a row (spooling it first, when a spool is set); counts it as
+    /// dropped when the queue is full or closed.
     pub fn record(&self, entry: AuditEntry) {
-        if self.tx.try_send(entry).is_err() {
+        let Ok(permit) = self.tx.try_reserve() else {
             metrics::counter!("oncegate_audit_dropped_total").increment(1);
+            return;
+        };
+        match &self.spool {
+            Some(spool) => spool.append(entry, |n, entry| permit.send((n, entry))),
+            None => permit.send((0, entry)),
         }
     }
 }
 
 /// The writer side, run as a background task.
 pub struct AuditFlusher {
-    rx: mpsc::Receiver<AuditEntry>,
+    rx: mpsc::Receiver<Numbered>,
     store: Arc<dyn Store>,
     batch: usize,
     interval: Duration,
     /// Rows taken from the queue but not yet written (kept across a failed
     /// write, so a store outage delays rows rather than losing them).
-    pending: Vec<AuditEntry>,
+    pending: Vec<Numbered>,
+    spool: Option<Arc<Spool>>,
 }
 
 /// Rows kept across failed writes before the oldest are dropped (counted).
@@ -89,10 +130,13 @@ impl AuditFlusher {
             return 0;
         }
         let n = self.pending.len().min(self.batch);
-        match self.store.append_audit(&self.pending[..n]).await {
+        let rows: Vec<AuditEntry> = self.pending[..n].iter().map(|(_, e)| e.clone()).collect();
+        match self.store.append_audit(&rows).await {
             Ok(()) => {
+                let through = self.pending[n - 1].0;
                 self.pending.drain(..n);
                 metrics::counter!("oncegate_audit_written_total").increment(n as u64);
+                self.spool_flushed(through).await;
                 n
             }
             Err(e) => {
@@ -107,6 +151,31 @@ impl AuditFlusher {
         }
     }
 
+    /// Records in the spool that rows up to `through` are in the database.
+    async fn spool_flushed(&self, through: u64) {
+        let Some(spool) = self.spool.clone() else { return };
+        let done = tokio::task::spawn_blocking(move || spool.flushed(through)).await;
+        if let Err(e) = done.map_err(std::io::Error::other).and_then(|r| r) {
+            metrics::counter!("oncegate_audit_spool_errors_total").increment(1);
+            tracing::warn!(error = %e, "recording written rows in the audit spool failed");
+        }
+    }
+
+    /// Syncs the spool's current segment to disk (each flush interval).
+    async fn spool_sync(&self) {
+        let Some(spool) = self.spool.clone() else { return };
+        match tokio::task::spawn_blocking(move || spool.sync())
+            .await
+            .map_err(std::io::Error::other)
+        {
+            Ok(Ok(rows)) => metrics::gauge!("oncegate_audit_spool_unsynced_rows").set(rows as f64),
+            Ok(Err(e)) | Err(e) => {
+                metrics::counter!("oncegate_audit_spool_errors_total").increment(1);
+                tracing::warn!(error = %e, "syncing the audit spool failed");
+            }
+        }
+    }
+
     /// Flushes on every interval until shutdown, then drains the queue.
     pub async fn run(mut self, mut stop: Stop) {
         let mut tick = tokio::time::interval(self.interval);
@@ -115,6 +184,7 @@ impl AuditFlusher {
             tokio::select! {
                 _ = stop.requested() => break,
                 _ = tick.tick() => {
+                    self.spool_sync().await;
                     while self.step().await == self.batch {}
                     metrics::gauge!("oncegate_audit_queue_depth").set(self.rx.len() as f64);
                 }
@@ -136,9 +206,17 @@ impl AuditFlusher {
             if written == 0 {
                 failures += 1;
                 if failures >= 3 {
-                    let lost = self.pending.len() + self.rx.len();
-                    metrics::counter!("oncegate_audit_dropped_total").increment(lost as u64);
-                    tracing::error!(rows = lost, "audit rows could not be written before shutdown");
+                    let left = self.pending.len() + self.rx.len();
+                    if self.spool.is_some() {
+                        self.spool_sync().await;
+                        tracing::warn!(
+                            rows = left,
+                            "audit rows could not be written before shutdown; the spool keeps them for the next start"
+                        );
+                    } else {
+                        metrics::counter!("oncegate_audit_dropped_total").increment(left as u64);
+                        tracing::error!(rows = left, "audit rows could not be written before shutdown");
+                    }
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -227,6 +227,11 @@ pub struct ServeArgs {
     /// Audit flush interval.
     #[arg(long, env = "ONCEGATE_AUDIT_FLUSH_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub audit_flush_interval: Duration,
+    /// Directory (the pod's emptyDir) where queued audit rows are appended
+    /// before they are written, so a process kill loses none: the next
+    /// start writes them. One process per directory. Unset: in memory only.
+    #[arg(long, env = "ONCEGATE_AUDIT_SPOOL_DIR")]
+    pub audit_spool_dir: Option<std::path::PathBuf>,
 
     #[command(flatten)]
     pub relay: RelaySettingsArgs,
@@ -608,6 +613,12 @@ pub struct SealArgs {
     /// seal then carries a signature over its digest and the key's id.
     #[arg(long, env = "ONCEGATE_AUDIT_SIGNING_KEY_FILE")]
     pub audit_signing_key_file: Option<std::path::PathBuf>,
+    /// Every seal is also appended to this file as one JSON line (number,
+    /// ids, time, digest, signature, key id) and synced before the seal is
+    /// reported: put it on a volume the database owner cannot rewrite, for
+    /// `oncegate audit verify --anchors`.
+    #[arg(long, env = "ONCEGATE_AUDIT_ANCHOR_FILE")]
+    pub audit_anchor_file: Option<std::path::PathBuf>,
 }
 
 impl SealArgs {
@@ -624,8 +635,16 @@ impl SealArgs {
             )?)),
             None => None,
         };
+        let anchors = match &self.audit_anchor_file {
+            Some(path) => Some(Arc::new(
+                crate::seal::anchor::AnchorFile::open(path)
+                    .map_err(|e| ConfigError::new(format!("ONCEGATE_AUDIT_ANCHOR_FILE: {e}")))?,
+            )),
+            None => None,
+        };
         Ok(SealSettings {
             signer,
+            anchors,
             wait: self.audit_seal_wait,
             max_rows: self.audit_seal_max_rows,
             instance,
@@ -759,6 +778,7 @@ impl ServeArgs {
                 queue: self.audit_queue.max(1),
                 batch: 500,
                 flush_interval: self.audit_flush_interval,
+                spool_dir: self.audit_spool_dir.clone(),
             },
             sink: self.relay.sink(&instance),
             relay: self.relay.relay(&instance)?,

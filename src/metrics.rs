@@ -132,6 +132,22 @@ fn describe() {
         "Audit rows dropped (queue full or store down at shutdown)"
     );
     describe_gauge!("oncegate_audit_queue_depth", "Audit rows waiting");
+    describe_gauge!(
+        "oncegate_audit_spool_unsynced_rows",
+        "Audit rows the spool synced to disk at the last flush interval: what a node crash just before it would have lost"
+    );
+    describe_counter!(
+        "oncegate_audit_spool_replayed_total",
+        "Audit rows a start found in the spool (left by a killed process) and wrote"
+    );
+    describe_counter!(
+        "oncegate_audit_spool_unreadable_total",
+        "Spool lines skipped at start because they were cut short (a node crash in the middle of a write) or unreadable"
+    );
+    describe_counter!(
+        "oncegate_audit_spool_errors_total",
+        "Failed spool writes, syncs or bookkeeping (the rows stay in memory and are written as usual)"
+    );
     describe_gauge!("oncegate_outbox_backlog", "Unpublished outbox events");
     describe_gauge!(
         "oncegate_outbox_oldest_age_seconds",
@@ -208,6 +224,10 @@ fn describe() {
     describe_gauge!(
         "oncegate_audit_unsealed_rows",
         "Audit rows no seal covers yet, as of the last sealing run"
+    );
+    describe_counter!(
+        "oncegate_audit_anchor_failures_total",
+        "Seals whose anchor could not be appended to ONCEGATE_AUDIT_ANCHOR_FILE (written with the next seal)"
     );
     describe_counter!(
         "oncegate_audit_seal_deferred_total",

@@ -20,6 +20,7 @@
 //! store's purge, which records what it removed): the seals stay, and
 //! verification tells "purged under the retention policy" from "missing".
 
+pub mod anchor;
 pub mod canonical;
 pub mod export;
 pub mod signing;
@@ -44,6 +45,9 @@ pub struct SealSettings {
     pub instance: Arc<str>,
     /// Signs each seal's digest (`ONCEGATE_AUDIT_SIGNING_KEY_FILE`).
     pub signer: Option<Arc<signing::SealSigner>>,
+    /// Each seal is appended here and synced before the run reports it
+    /// (`ONCEGATE_AUDIT_ANCHOR_FILE`).
+    pub anchors: Option<Arc<anchor::AnchorFile>>,
 }
 
 /// When `serve` seals and verifies.
@@ -144,6 +148,7 @@ impl Sealer {
             if !self.store.insert_audit_seal(&seal).await? {
                 return Ok(SealRun::Raced);
             }
+            self.anchor(&seal).await?;
             rows += seal.row_count as u64;
             seals = Some((seals.map_or(seal.seq, |s| s.0), seal.seq));
             head = Head::from(&seal);
@@ -154,6 +159,25 @@ impl Sealer {
             rows,
             head: newest,
         })
+    }
+
+    /// Appends the seal to the anchor file, if one is set, and syncs it.
+    /// A failed append fails the run (the seal stays in the chain); the
+    /// anchor is written with the next one.
+    async fn anchor(&self, seal: &AuditSeal) -> Result<(), StoreError> {
+        let Some(file) = &self.settings.anchors else {
+            return Ok(());
+        };
+        if let Err(e) = file.append_blocking(vec![anchor::Anchor::of(seal)]).await {
+            metrics::counter!("oncegate_audit_anchor_failures_total").increment(1);
+            tracing::error!(error = %e, seal = seal.seq, path = %file.path().display(), "appending the seal's anchor failed");
+            return Err(StoreError::Other(format!(
+                "seal {} is in the chain but its anchor could not be written to {}: {e}",
+                seal.seq,
+                file.path().display()
+            )));
+        }
+        Ok(())
     }
 
     /// The seal after `head`: its rows up to `through`, at most `max_rows`;
@@ -244,7 +268,7 @@ pub async fn run_verifier(store: Arc<dyn Store>, interval: Duration, mut stop: S
         tokio::select! {
             _ = stop.requested() => return,
             _ = tick.tick() => {
-                match verify::verify_store(&*store, &TimeRange::default(), None, &mut |_, _| {}).await {
+                match verify::verify_store(&*store, &TimeRange::default(), Default::default(), &mut |_, _| {}).await {
                     Ok(report) => record_verification(&report),
                     Err(e) => tracing::warn!(error = %e, "verifying the audit trail failed"),
                 }

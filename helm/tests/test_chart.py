@@ -1256,3 +1256,35 @@ def test_kafka_sink_settings_reach_the_sidecar_only():
     # Without the prefix the binary's default (oncegate-relay-<instance id = pod name>) holds.
     plain = parse_manifests(render_raw(load_values("production")))
     assert "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID" not in env_of(deployment_sidecar(plain)[1])
+
+
+def _sidecar(values: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The oncegate container and the pod's volumes."""
+    docs = parse_manifests(render_raw(values))
+    pod = next(d for d in docs if d.get("kind") == "Deployment")["spec"]["template"]["spec"]
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    return next(c for c in containers if c["name"] == "oncegate"), pod.get("volumes", [])
+
+
+def test_audit_spool_is_an_emptydir_and_anchors_go_to_their_own_claim():
+    container, volumes = _sidecar(load_values("minimal"))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ONCEGATE_AUDIT_SPOOL_DIR"] == "/var/spool/oncegate"
+    assert "ONCEGATE_AUDIT_ANCHOR_FILE" not in env
+    spool = next(v for v in volumes if v["name"] == "oncegate-audit-spool")
+    assert "emptyDir" in spool
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["oncegate-audit-spool"] == "/var/spool/oncegate"
+
+    values = load_values("minimal")
+    values["audit"] = {"spool": {"enabled": False}, "anchors": {"existingClaim": "worm-anchors"}}
+    container, volumes = _sidecar(values)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "ONCEGATE_AUDIT_SPOOL_DIR" not in env
+    names = [e["name"] for e in container["env"]]
+    # $(ONCEGATE_INSTANCE_ID) expands only when that variable comes first.
+    assert names.index("ONCEGATE_INSTANCE_ID") < names.index("ONCEGATE_AUDIT_ANCHOR_FILE")
+    assert env["ONCEGATE_AUDIT_ANCHOR_FILE"] == "/var/lib/oncegate-anchors/$(ONCEGATE_INSTANCE_ID).jsonl"
+    claim = next(v for v in volumes if v["name"] == "oncegate-audit-anchors")
+    assert claim["persistentVolumeClaim"]["claimName"] == "worm-anchors"
+    assert not any(v["name"] == "oncegate-audit-spool" for v in volumes)

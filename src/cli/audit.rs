@@ -3,10 +3,13 @@
 
 use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
 use crate::error::ConfigError;
+use crate::relay::{SinkSettings, SinkSpec};
+use crate::seal::anchor::{ANCHOR_TYPE, Anchor, Anchors};
 use crate::seal::export::{self, Target};
 use crate::seal::signing::{self, Keyring};
-use crate::seal::verify::{self, VerifyReport};
+use crate::seal::verify::{self, Checks, VerifyReport};
 use crate::seal::{SealRun, SealSettings, Sealer};
+use crate::store::shared::AUDIT_SEALED_EVENT;
 use crate::store::{StoreSettings, TimeRange};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -75,6 +78,17 @@ pub struct VerifyArgs {
     /// is a mismatch.
     #[arg(long = "public-key", value_name = "FILE")]
     pub public_keys: Vec<PathBuf>,
+    /// Compare every seal with the anchors kept outside the database: the
+    /// file `ONCEGATE_AUDIT_ANCHOR_FILE` names, or the relay's broker
+    /// (`redis://…`, `nats://…`, `kafka://…` with `--stream`), read back for
+    /// its `audit.sealed` events. A seal that differs from its anchor, or an
+    /// anchored seal the chain lacks, is a mismatch.
+    #[arg(long, value_name = "FILE|URL")]
+    pub anchors: Option<String>,
+    /// With `--anchors URL`: the Redis stream key, JetStream stream or Kafka
+    /// topic the relay publishes to.
+    #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
+    pub stream: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -92,7 +106,7 @@ pub struct ExportArgs {
 /// An `audit` subcommand with its settings resolved.
 pub enum AuditJob {
     Seal(StoreSettings, SealSettings),
-    Verify(Source, TimeRange, Option<Keyring>),
+    Verify(Source, TimeRange, Checks, Option<Box<SinkSettings>>),
     Export(StoreSettings, TimeRange, PathBuf),
     Keygen(PathBuf),
 }
@@ -125,7 +139,8 @@ impl AuditArgs {
                             .map_err(|e| ConfigError::new(format!("--public-key: {e}")))?,
                     ),
                 };
-                AuditJob::Verify(source, a.range.range()?, keys)
+                let (anchors, broker) = anchor_source(a.anchors.as_deref(), &a.stream)?;
+                AuditJob::Verify(source, a.range.range()?, Checks { keys, anchors }, broker)
             }
             AuditCommand::Export(a) => {
                 AuditJob::Export(a.store.settings(AUDIT_POOL)?, a.range.range()?, a.out)
@@ -138,7 +153,12 @@ impl AuditArgs {
 pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
     match job {
         AuditJob::Seal(store, settings) => seal(store, settings).await,
-        AuditJob::Verify(source, range, keys) => verify(source, range, keys).await,
+        AuditJob::Verify(source, range, mut checks, broker) => {
+            if let Some(sink) = broker {
+                checks.anchors = Some(anchors_from_broker(&sink).await.map_err(anyhow::Error::msg)?);
+            }
+            verify(source, range, checks).await
+        }
         AuditJob::Export(store, range, out) => export(store, range, out).await,
         AuditJob::Keygen(out) => {
             let id = signing::keygen(&out).map_err(anyhow::Error::msg)?;
@@ -150,6 +170,70 @@ pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--anchors`: a file, read now, or a broker to read back before verifying.
+fn anchor_source(
+    anchors: Option<&str>,
+    stream: &str,
+) -> Result<(Option<Anchors>, Option<Box<SinkSettings>>), ConfigError> {
+    let Some(given) = anchors else {
+        return Ok((None, None));
+    };
+    if !given.contains("://") {
+        let read = Anchors::read(std::path::Path::new(given))
+            .map_err(|e| ConfigError::new(format!("--anchors: {e}")))?;
+        return Ok((Some(read), None));
+    }
+    let spec = SinkSpec::parse(given).map_err(|e| ConfigError::new(format!("--anchors: {e}")))?;
+    if !matches!(spec, SinkSpec::Redis(_) | SinkSpec::Nats(_) | SinkSpec::Kafka(_)) {
+        return Err(ConfigError::new(
+            "--anchors: only a redis://, nats:// or kafka:// broker keeps a log to read back",
+        ));
+    }
+    Ok((
+        None,
+        Some(Box::new(SinkSettings {
+            spec,
+            stream: stream.to_string(),
+            connection_name: "oncegate-audit-verify".into(),
+            subject: String::new(),
+            stream_maxlen: u64::MAX,
+            transactional_id: String::new(),
+            lease: Duration::from_secs(30),
+        })),
+    ))
+}
+
+/// The `audit.sealed` events the broker holds, as anchors.
+async fn anchors_from_broker(sink: &SinkSettings) -> Result<Anchors, String> {
+    let mut log = crate::reconcile::broker::open(sink)
+        .await?
+        .ok_or("--anchors: this broker keeps no log to read back")?;
+    let mut anchors = Anchors {
+        source: format!("the broker ({})", log.describe()),
+        ..Anchors::default()
+    };
+    loop {
+        let batch = log.next_batch(1_000).await?;
+        if batch.is_empty() {
+            break;
+        }
+        for body in batch.iter().filter_map(|e| e.body.as_deref()) {
+            let Ok(mut value) = serde_json::from_str::<serde_json::Value>(body) else {
+                continue;
+            };
+            if value.get("type").and_then(|t| t.as_str()) != Some(AUDIT_SEALED_EVENT) {
+                continue;
+            }
+            value["type"] = ANCHOR_TYPE.into();
+            let anchor = serde_json::from_value::<Anchor>(value)
+                .map_err(|e| format!("an audit.sealed event in the broker is not an anchor: {e}"))?;
+            anchors.push(anchor);
+        }
+    }
+    log.close().await;
+    Ok(anchors)
 }
 
 async fn seal(store: StoreSettings, settings: SealSettings) -> anyhow::Result<ExitCode> {
@@ -200,16 +284,19 @@ fn progress(what: &'static str) -> impl FnMut(u64, u64) + Send {
     }
 }
 
-async fn verify(source: Source, range: TimeRange, keys: Option<Keyring>) -> anyhow::Result<ExitCode> {
+async fn verify(source: Source, range: TimeRange, checks: Checks) -> anyhow::Result<ExitCode> {
     let mut progress = progress("verify");
+    if let Some(torn) = checks.anchors.as_ref().map(|a| a.torn).filter(|n| *n > 0) {
+        eprintln!("anchors: skipped {torn} line(s) cut short by a crash in the middle of a write");
+    }
     let report: VerifyReport = match source {
         Source::Store(settings) => {
             let store = super::open_store(&settings).await?;
-            verify::verify_store(&*store, &range, keys, &mut progress)
+            verify::verify_store(&*store, &range, checks, &mut progress)
                 .await
                 .context("verifying the audit trail")?
         }
-        Source::Export(path) => export::verify_export(&path, keys, &mut progress)
+        Source::Export(path) => export::verify_export(&path, checks, &mut progress)
             .await
             .with_context(|| format!("verifying the export {}", path.display()))?,
     };

@@ -11,8 +11,7 @@
 //! `audit-YYYY-MM.jsonl`, each complete in itself.
 
 use super::canonical::{RowText, SealText};
-use super::signing::Keyring;
-use super::verify::{Checker, VerifyReport};
+use super::verify::{Checker, Checks, VerifyReport};
 use crate::error::StoreError;
 use crate::store::{AuditPurge, AuditRecord, AuditSeal, RowCursor, Store, TimeRange};
 use crate::time_fmt::rfc3339;
@@ -424,7 +423,7 @@ struct Pending {
 /// An export's lines fed to the checker, seal by seal.
 #[derive(Default)]
 struct Replay {
-    keys: Option<Keyring>,
+    checks: Checks,
     checker: Option<Checker>,
     pending: Option<Pending>,
     /// The last seal any header lists.
@@ -435,9 +434,11 @@ struct Replay {
 impl Replay {
     fn line(&mut self, line: Line) -> Result<(), String> {
         // A whole-chain export's first header lists seal 1.
-        let keys = &self.keys;
+        let checks = &self.checks;
         let checker = self.checker.get_or_insert_with(|| {
-            Checker::new(matches!(&line, Line::Header(h) if h.first_seal == 1)).with_keys(keys.clone())
+            Checker::new(matches!(&line, Line::Header(h) if h.first_seal == 1))
+                .with_keys(checks.keys.clone())
+                .with_anchors(checks.anchors.clone(), false)
         });
         match line {
             Line::Header(h) => self.last_listed = self.last_listed.max(h.last_seal),
@@ -467,9 +468,11 @@ impl Replay {
     }
 
     fn finish(self) -> VerifyReport {
-        let mut checker = self
-            .checker
-            .unwrap_or_else(|| Checker::new(false).with_keys(self.keys));
+        let mut checker = self.checker.unwrap_or_else(|| {
+            Checker::new(false)
+                .with_keys(self.checks.keys)
+                .with_anchors(self.checks.anchors, false)
+        });
         if let Some(p) = self.pending {
             checker.seal(&p.seal, &p.rows, &p.purges);
         }
@@ -485,11 +488,11 @@ impl Replay {
 /// (rows read, 0).
 pub async fn verify_export(
     path: &Path,
-    keys: Option<Keyring>,
+    checks: Checks,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<VerifyReport, ExportError> {
     let mut replay = Replay {
-        keys,
+        checks,
         ..Replay::default()
     };
     for file in export_files(path).await? {

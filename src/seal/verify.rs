@@ -13,6 +13,7 @@
 //! "purged under the retention policy", never "missing"; their seal's digest
 //! can no longer be recomputed, but its link to the next seal still holds.
 
+use super::anchor::{Anchor, Anchors};
 use super::canonical::{RowText, SealText};
 use super::signing::{Keyring, SignatureProblem};
 use crate::error::StoreError;
@@ -50,6 +51,15 @@ pub enum Finding {
     SignatureMissing { seal: i64, first_signed: i64 },
     /// Public keys were given, but no seal checked carries a signature.
     NothingSigned,
+    /// The seal in the chain is not the seal anchored outside the database.
+    AnchorDisagrees { seal: i64, why: String },
+    /// Seals anchored outside the database that the chain lacks: its
+    /// newest seals cut off (with their rows), or seals removed.
+    AnchoredSealsMissing {
+        first: i64,
+        last: i64,
+        chain_ends: Option<i64>,
+    },
 }
 
 impl fmt::Display for Finding {
@@ -105,11 +115,38 @@ impl fmt::Display for Finding {
                 f,
                 "no seal carries a signature although --public-key was given (signatures stripped, or signing never enabled)"
             ),
+            Self::AnchorDisagrees { .. } | Self::AnchoredSealsMissing { .. } => self.fmt_anchor(f),
             Self::ExportTruncated { after, last } => write!(
                 f,
                 "seals {}..{last} missing: the export ends after seal {after} but its header lists seals up to {last}",
                 after + 1
             ),
+        }
+    }
+}
+
+impl Finding {
+    /// The findings against anchors.
+    fn fmt_anchor(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AnchorDisagrees { seal, why } => {
+                write!(f, "seal {seal} does not match its anchor: {why}")
+            }
+            Self::AnchoredSealsMissing {
+                first,
+                last,
+                chain_ends: Some(end),
+            } => write!(
+                f,
+                "{} missing: anchored outside the database, but the chain ends at seal {end}",
+                seal_range(*first, *last)
+            ),
+            Self::AnchoredSealsMissing { first, last, .. } => write!(
+                f,
+                "{} missing: anchored outside the database, but the chain holds no seal",
+                seal_range(*first, *last)
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -134,6 +171,8 @@ pub struct VerifyReport {
     pub min_retention: Option<Duration>,
     /// Rows purged before any seal covered them.
     pub purged_unsealed_rows: i64,
+    /// Seals compared with an anchor, and where the anchors came from.
+    pub anchored: Option<(u64, String)>,
     /// Rows no seal covers yet: counted, not failed (`None` for an export,
     /// which holds sealed rows only).
     pub unsealed: Option<RowSpan>,
@@ -165,6 +204,10 @@ pub struct Checker {
     /// Signatures are checked when keys are given.
     keys: Option<Keyring>,
     first_signed: Option<i64>,
+    /// Seals are compared with these anchors when given.
+    anchors: Option<Anchors>,
+    /// The check runs to the newest seal: anchored seals past it are missing.
+    to_head: bool,
     prev: Option<Prev>,
     report: VerifyReport,
 }
@@ -177,6 +220,8 @@ impl Checker {
             from_genesis,
             keys: None,
             first_signed: None,
+            anchors: None,
+            to_head: false,
             prev: None,
             report: VerifyReport::default(),
         }
@@ -187,6 +232,64 @@ impl Checker {
     pub fn with_keys(mut self, keys: Option<Keyring>) -> Self {
         self.keys = keys;
         self
+    }
+
+    /// Compares every seal with `anchors` (none: not compared); `to_head`:
+    /// the check runs to the newest seal, so anchored seals after the last
+    /// one checked are missing.
+    pub fn with_anchors(mut self, anchors: Option<Anchors>, to_head: bool) -> Self {
+        if let Some(a) = &anchors {
+            self.report.anchored = Some((0, a.source.clone()));
+        }
+        self.anchors = anchors;
+        self.to_head = to_head;
+        self
+    }
+
+    /// The seal against its anchors, when given.
+    fn anchor(&mut self, seal: &SealText) {
+        let Some(anchors) = &self.anchors else { return };
+        let Some(anchored) = anchors.by_seq.get(&seal.seq) else {
+            return;
+        };
+        let chain = Anchor {
+            kind: super::anchor::ANCHOR_TYPE.to_string(),
+            seq: seal.seq,
+            first_id: seal.first_id,
+            last_id: seal.last_id,
+            sealed_at: seal.sealed_at.clone(),
+            digest: seal.digest.clone(),
+            signature: seal.signature.clone(),
+            key_id: seal.key_id.clone(),
+        };
+        let why: Vec<String> = anchored.iter().flat_map(|a| a.differences(&chain)).collect();
+        if let Some((n, _)) = self.report.anchored.as_mut() {
+            *n += 1;
+        }
+        if !why.is_empty() {
+            self.find(Finding::AnchorDisagrees {
+                seal: seal.seq,
+                why: why.join("; "),
+            });
+        }
+    }
+
+    /// Anchored seals after the last one checked, when the check ran to the
+    /// newest seal.
+    fn anchored_tail(&mut self) {
+        let (Some(anchors), true) = (&self.anchors, self.to_head) else {
+            return;
+        };
+        let chain_ends = self.last_seq();
+        let after = chain_ends.unwrap_or(0);
+        let missing: Vec<i64> = anchors.by_seq.keys().copied().filter(|s| *s > after).collect();
+        if let (Some(&first), Some(&last)) = (missing.first(), missing.last()) {
+            self.find(Finding::AnchoredSealsMissing {
+                first,
+                last,
+                chain_ends,
+            });
+        }
     }
 
     /// The seal's signature, when keys are given.
@@ -241,6 +344,7 @@ impl Checker {
     pub fn seal(&mut self, seal: &SealText, rows: &[RowText], purges: &[AuditPurge]) {
         let mut why = Vec::new();
         self.signature(seal);
+        self.anchor(seal);
         self.link(seal, &mut why);
         let mut recomputed = None;
         match shape(seal) {
@@ -437,6 +541,7 @@ impl Checker {
         if self.keys.is_some() && self.first_signed.is_none() && self.report.seals_checked > 0 {
             self.find(Finding::NothingSigned);
         }
+        self.anchored_tail();
         self.report.unsealed = unsealed;
         self.report.purged_unsealed_rows = purged_unsealed_rows;
         self.report
@@ -510,6 +615,16 @@ fn parse_time(text: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
 }
 
+/// What a verification checks besides the chain: signatures against public
+/// keys, seals against anchors kept outside the database. Anchors must be
+/// read before the verification starts (an anchor is written after its seal
+/// commits, so every seal anchored by then is in the chain).
+#[derive(Debug, Clone, Default)]
+pub struct Checks {
+    pub keys: Option<Keyring>,
+    pub anchors: Option<Anchors>,
+}
+
 /// Rows read per query.
 const PAGE: i64 = 10_000;
 /// Seals read per query.
@@ -521,11 +636,13 @@ const SEAL_PAGE: i64 = 64;
 pub async fn verify_store(
     store: &dyn Store,
     range: &TimeRange,
-    keys: Option<Keyring>,
+    checks: Checks,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<VerifyReport, StoreError> {
     let full = range.is_unbounded();
-    let mut checker = Checker::new(full).with_keys(keys);
+    let mut checker = Checker::new(full)
+        .with_keys(checks.keys)
+        .with_anchors(checks.anchors, range.to.is_none());
     if full {
         for row in store.audit_rows(RowCursor::after_id(i64::MIN), 0, 100).await? {
             checker.outside(&RowText::from(&row));
@@ -612,6 +729,13 @@ impl fmt::Display for VerifyReport {
         }
         if let Some((seq, digest)) = &self.latest {
             writeln!(f, "latest digest: seal {seq} {digest}")?;
+        }
+        if let Some((n, source)) = &self.anchored {
+            writeln!(
+                f,
+                "compared with their anchors in {source}: {}",
+                count(*n, "seal")
+            )?;
         }
         for finding in &self.findings {
             writeln!(f, "MISMATCH {finding}")?;

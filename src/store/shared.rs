@@ -151,4 +151,31 @@ impl std::fmt::Display for IdRanges {
 }
 
 /// The previous digest of the first seal: 64 zeros.
+/// The outbox pseudo-award of `audit.sealed` events: a submission's award
+/// id never contains `|`, so no award can share it. Its sequence is the
+/// seal's number.
+pub const AUDIT_EVENT_AWARD: &str = "|audit";
+/// The event type announcing a seal (its anchor, for the broker to keep).
+pub const AUDIT_SEALED_EVENT: &str = "audit.sealed";
+
+/// The `audit.sealed` event of `seal`: its id and JSON body (the anchor's
+/// fields, `crate::seal::anchor`).
+pub fn audit_sealed_event(seal: &super::AuditSeal) -> (Uuid, String) {
+    let event_id = Uuid::now_v7();
+    let body = serde_json::json!({
+        "event_id": event_id.to_string(),
+        "type": AUDIT_SEALED_EVENT,
+        "award_id": AUDIT_EVENT_AWARD,
+        "sequence": seal.seq,
+        "seq": seal.seq,
+        "first_id": seal.first_id,
+        "last_id": seal.last_id,
+        "sealed_at": crate::time_fmt::rfc3339(seal.sealed_at),
+        "digest": seal.digest,
+        "signature": seal.signature,
+        "key_id": seal.key_id,
+    });
+    (event_id, body.to_string())
+}
+
 pub const GENESIS_DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -127,12 +127,13 @@ async fn assert_sealed_and_verified(db: &TestDb) {
         max_rows: 1_000,
         instance: Arc::from("it-sealer"),
         signer: None,
+        anchors: None,
     };
     let sealer = Sealer::new(store.clone(), settings);
     while let SealRun::Busy | SealRun::Raced = sealer.step().await.expect("seal") {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let report = verify_store(&*store, &Default::default(), None, &mut |_, _| {})
+    let report = verify_store(&*store, &Default::default(), Default::default(), &mut |_, _| {})
         .await
         .expect("verify");
     assert!(report.is_clean(), "{report}");

@@ -19,6 +19,7 @@ on_both_stores!(
     an_amount_that_would_overflow_the_total_is_refused_and_writes_nothing,
     overflow_against_the_stored_total_is_refused_naming_the_award,
     malformed_values_never_reach_the_ledger,
+    four_hundred_cache_duplicates_then_sigkill_leave_four_hundred_audit_rows_after_restart,
 );
 
 fn validated(raw: &pb::Submission) -> Submission {
@@ -340,4 +341,79 @@ async fn one_stuck_row_lock_stalls_only_its_award() {
         "a retry after the lock is gone"
     );
     app.shutdown().await;
+}
+
+/// Duplicate rows of `award` in the audit log.
+async fn duplicate_rows(db: &TestDb, award: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT count(*) FROM audit_log WHERE decision = 'duplicate' AND award_id = '{award}'"
+    ))
+    .await
+}
+
+/// One claim of `award`, then `n` duplicates answered by L1.
+async fn claim_then_duplicates(sidecar: &Sidecar, award: &str, n: usize) {
+    let mut c = sidecar.client().await;
+    let sub = submission(award, TS, b"spooled", 100);
+    let first = c.submit(sub.clone()).await.unwrap().into_inner();
+    assert_eq!(outcome(&first), Outcome::Claimed);
+    for _ in 0..n {
+        let d = c.submit(sub.clone()).await.unwrap().into_inner();
+        assert_eq!(
+            (outcome(&d), tier(&d)),
+            (Outcome::Duplicate, pb::Tier::LocalCache)
+        );
+    }
+}
+
+/// Cache duplicates wait in the audit queue (the flush interval is an hour
+/// here). Without a spool a SIGKILL loses them: the control, 50 duplicates,
+/// 0 rows after a restart. With `ONCEGATE_AUDIT_SPOOL_DIR`, 400 duplicates
+/// then SIGKILL: none in the database at the kill, all 400 once each after
+/// a restart on the same directory (and still 400 after a clean shutdown).
+async fn four_hundred_cache_duplicates_then_sigkill_leave_four_hundred_audit_rows_after_restart(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let spool = tempfile::tempdir().unwrap();
+    let mut env = vec![
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_AUDIT_FLUSH_INTERVAL", "1h".to_string()),
+        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "0s".to_string()),
+    ];
+    let control = Sidecar::start(&env).await;
+    claim_then_duplicates(&control, "AWD-NO-SPOOL", 50).await;
+    control.kill().await;
+    Sidecar::start(&env).await.terminate().await;
+    assert_eq!(
+        duplicate_rows(&db, "AWD-NO-SPOOL").await,
+        0,
+        "the control loses them"
+    );
+
+    env.push(("ONCEGATE_AUDIT_SPOOL_DIR", spool.path().display().to_string()));
+    let sidecar = Sidecar::start(&env).await;
+    claim_then_duplicates(&sidecar, "AWD-SPOOLED", 400).await;
+    sidecar.kill().await;
+    assert_eq!(
+        duplicate_rows(&db, "AWD-SPOOLED").await,
+        0,
+        "killed before any flush"
+    );
+    let again = Sidecar::start(&env).await;
+    let written = eventually(Duration::from_secs(15), || async {
+        duplicate_rows(&db, "AWD-SPOOLED").await == 400
+    })
+    .await;
+    assert!(
+        written,
+        "{} of 400 rows",
+        duplicate_rows(&db, "AWD-SPOOLED").await
+    );
+    let metrics = again.metrics().await;
+    assert!(
+        metrics.contains("oncegate_audit_spool_replayed_total 400"),
+        "{metrics}"
+    );
+    assert!(again.terminate().await.success());
+    Sidecar::start(&env).await.terminate().await;
+    assert_eq!(duplicate_rows(&db, "AWD-SPOOLED").await, 400, "each row once");
 }

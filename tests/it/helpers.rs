@@ -263,6 +263,9 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
     args.redis_url = None;
     args.relay.relay_sink = oncegate::relay::SinkSpec::None;
     args.instance_id = Some(unique("it-"));
+    // Sealing off unless a test turns it on: every seal is also an
+    // audit.sealed outbox event, which would change the events tests count.
+    args.audit_seal.audit_seal_interval = Duration::ZERO;
     *args
 }
 
@@ -570,6 +573,8 @@ impl Sidecar {
             .env("ONCEGATE_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
             .env("ONCEGATE_DB_POOL_SIZE", "3")
             .env("ONCEGATE_PURGE_INTERVAL", "0s")
+            // As serve_args: sealing off unless the test sets an interval.
+            .env("ONCEGATE_AUDIT_SEAL_INTERVAL", "0s")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(file)

@@ -29,6 +29,8 @@ on_both_stores!(
     a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_is_missing,
     a_seal_that_no_longer_follows_the_chain_or_its_rows_is_not_appended,
     an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key,
+    an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_forged_signature_is_refused,
+    seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -40,6 +42,7 @@ fn settings(max_rows: i64, wait: Duration) -> SealSettings {
         max_rows,
         instance: Arc::from(unique("sealer-")),
         signer: None,
+        anchors: None,
     }
 }
 
@@ -58,7 +61,7 @@ async fn seal_all(sealer: &Sealer) -> SealRun {
 }
 
 async fn verify(store: &dyn Store) -> VerifyReport {
-    verify_store(store, &TimeRange::default(), None, &mut |_, _| {})
+    verify_store(store, &TimeRange::default(), Default::default(), &mut |_, _| {})
         .await
         .expect("verify")
 }
@@ -431,7 +434,7 @@ fn row_line(src: &Path, id: i64) -> usize {
 }
 
 async fn verify_file(path: &Path) -> VerifyReport {
-    export::verify_export(path, None, &mut |_, _| {})
+    export::verify_export(path, Default::default(), &mut |_, _| {})
         .await
         .expect("readable export")
 }
@@ -864,7 +867,7 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
         from: Some(days_ago(10)),
         to: None,
     };
-    let ranged = verify_store(&*store, &recent, None, &mut |_, _| {})
+    let ranged = verify_store(&*store, &recent, Default::default(), &mut |_, _| {})
         .await
         .unwrap();
     let seal1 = db.scalar("SELECT count(*) FROM audit_seals WHERE seq = 1").await;
@@ -1154,7 +1157,6 @@ async fn the_sealer_refuses_two_rows_with_one_id_and_a_caching_sequence() {
 /// naming seal 1, the changed one, first). A key that did not sign the
 /// seals refuses them too.
 async fn an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key(kind: Kind) {
-    use oncegate::seal::canonical::{RowText, SealText};
     use oncegate::seal::signing::{self, Keyring};
     let db = TestDb::new(kind).await;
     let dir = tempfile::tempdir().unwrap();
@@ -1182,7 +1184,8 @@ async fn an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key(kind
     let verify_with = |keys: Option<Keyring>| {
         let store = store.clone();
         async move {
-            verify_store(&*store, &TimeRange::default(), keys, &mut |_, _| {})
+            let checks = oncegate::seal::verify::Checks { keys, anchors: None };
+            verify_store(&*store, &TimeRange::default(), checks, &mut |_, _| {})
                 .await
                 .unwrap()
         }
@@ -1200,37 +1203,7 @@ async fn an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key(kind
     assert_eq!(code, 0, "{out}");
 
     // The owner's re-seal, from the published encoding.
-    as_owner(&db, "UPDATE audit_log SET award_id = 'FORGED' WHERE id = 3").await;
-    let mut prev = "0".repeat(64);
-    for seal in store.audit_seals(1, 100).await.unwrap() {
-        let rows = store
-            .audit_rows(
-                oncegate::store::RowCursor::after_id(seal.first_id - 1),
-                seal.last_id,
-                100,
-            )
-            .await
-            .unwrap();
-        let hashes: Vec<[u8; 32]> = rows.iter().map(|r| RowText::from(r).hash()).collect();
-        let mut text = SealText::from(&seal);
-        text.prev_digest = prev.clone();
-        let digest = text.digest_over(&hashes);
-        let tags = hex::encode(hashes.iter().flat_map(|h| h[..4].to_vec()).collect::<Vec<u8>>());
-        let tags = match kind {
-            Kind::Postgres => format!("'\\x{tags}'::bytea"),
-            Kind::Sqlite => format!("X'{tags}'"),
-        };
-        as_owner(
-            &db,
-            &format!(
-                "UPDATE audit_seals SET prev_digest = '{prev}', digest = '{digest}', row_tags = {tags} \
-                 WHERE seq = {}",
-                seal.seq
-            ),
-        )
-        .await;
-        prev = digest;
-    }
+    owner_reseals(&db, &*store, None).await;
     assert!(
         verify(&*store).await.is_clean(),
         "the hash chain alone cannot tell"
@@ -1267,4 +1240,256 @@ async fn an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key(kind
     .await;
     assert_eq!(code, 65, "{out}");
     assert!(out.contains("seal 1 signature refused: signed by key"), "{out}");
+}
+
+/// The owner, past the guards, changes row 3's award id and recomputes every
+/// row tag, digest and previous digest from the published encoding; with
+/// `forge`, signs each new digest with that key under that key id.
+async fn owner_reseals(db: &TestDb, store: &dyn Store, forge: Option<(&ed25519_dalek::SigningKey, &str)>) {
+    use ed25519_dalek::Signer;
+    use oncegate::seal::canonical::{RowText, SealText};
+    as_owner(db, "UPDATE audit_log SET award_id = 'FORGED' WHERE id = 3").await;
+    let mut prev = "0".repeat(64);
+    for seal in store.audit_seals(1, 100).await.unwrap() {
+        let rows = store
+            .audit_rows(
+                oncegate::store::RowCursor::after_id(seal.first_id - 1),
+                seal.last_id,
+                100,
+            )
+            .await
+            .unwrap();
+        let hashes: Vec<[u8; 32]> = rows.iter().map(|r| RowText::from(r).hash()).collect();
+        let mut text = SealText::from(&seal);
+        text.prev_digest = prev.clone();
+        let digest = text.digest_over(&hashes);
+        let tags = hex::encode(hashes.iter().flat_map(|h| h[..4].to_vec()).collect::<Vec<u8>>());
+        let tags = match db.kind {
+            Kind::Postgres => format!("'\\x{tags}'::bytea"),
+            Kind::Sqlite => format!("X'{tags}'"),
+        };
+        let signature = match forge {
+            Some((key, id)) => {
+                let sig = key.sign(&oncegate::seal::signing::signed_message(id, &digest));
+                format!(", signature = '{}', key_id = '{id}'", hex::encode(sig.to_bytes()))
+            }
+            None => String::new(),
+        };
+        as_owner(
+            db,
+            &format!(
+                "UPDATE audit_seals SET prev_digest = '{prev}', digest = '{digest}', row_tags = {tags}{signature} \
+                 WHERE seq = {}",
+                seal.seq
+            ),
+        )
+        .await;
+        prev = digest;
+    }
+}
+
+/// Signed seals anchored to a file: four seals, four anchor lines; the
+/// untouched chain passes `--public-key` and `--anchors` (exit 0). The
+/// owner's full re-seal, each new digest signed with the owner's own key
+/// under the sidecar's key id, verifies clean as a hash chain; `--public-key`
+/// refuses every signature and `--anchors` every digest, each exit 65
+/// naming seal 1 (the changed one) first. Signed under the owner's own key
+/// id, the signatures are refused as by an unknown key. Then the newest seal
+/// is cut off with its rows: `--anchors` names it missing.
+async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_forged_signature_is_refused(
+    kind: Kind,
+) {
+    use oncegate::seal::anchor::{AnchorFile, Anchors};
+    use oncegate::seal::signing;
+    let db = TestDb::new(kind).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key, anchors) = (dir.path().join("seal.key"), dir.path().join("anchors.jsonl"));
+    let key_id = signing::keygen(&key).unwrap();
+    let public = signing::public_path(&key);
+    let store = db.open().await;
+    append(&*store, "A", 40, OffsetDateTime::now_utc()).await;
+    let mut anchored = settings(10, Duration::from_secs(5));
+    anchored.signer = Some(Arc::new(signing::SealSigner::load(&key).unwrap()));
+    anchored.anchors = Some(Arc::new(AnchorFile::open(&anchors).unwrap()));
+    seal_all(&Sealer::new(store.clone(), anchored)).await;
+    let read = Anchors::read(&anchors).unwrap();
+    assert_eq!(read.by_seq.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!(read.by_seq[&4][0].key_id.as_deref(), Some(key_id.as_str()));
+    let run = |flag: &'static str, file: &Path| {
+        let (url, file) = (db.url.clone(), file.to_str().unwrap().to_string());
+        async move { binary(&["audit", "verify", "--database-url", &url, flag, &file]).await }
+    };
+    for (flag, file) in [("--public-key", &public), ("--anchors", &anchors)] {
+        let (code, out) = run(flag, file).await;
+        assert_eq!(code, 0, "nothing changed, {flag} passes: {out}");
+    }
+    let (_, out) = run("--anchors", &anchors).await;
+    assert!(out.contains("4 seals"), "{out}");
+    let python_checks = |export: &Path| {
+        let (k, a) = (Path::new("--public-key"), Path::new("--anchors"));
+        [python(&[k, &public, export]), python(&[a, &anchors, export])]
+    };
+    let before = dir.path().join("before.jsonl");
+    export::export(
+        &*store,
+        &TimeRange::default(),
+        &Target::for_path(&before),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    for (code, out) in python_checks(&before) {
+        assert_eq!(code, 0, "the Python script passes the untouched export: {out}");
+    }
+
+    let forger = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+    owner_reseals(&db, &*store, Some((&forger, &key_id))).await;
+    let (code, out) = binary(&["audit", "verify", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "the hash chain alone cannot tell: {out}");
+    let (code, out) = run("--public-key", &public).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains(&format!(
+            "first mismatch: seal 1 signature refused: its signature by key {key_id} does not verify"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("FAILED (4 mismatches)"), "{out}");
+    let (code, out) = run("--anchors", &anchors).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains("first mismatch: seal 1 does not match its anchor: digest "),
+        "{out}"
+    );
+    assert!(out.contains("FAILED (4 mismatches)"), "{out}");
+    let after = dir.path().join("after.jsonl");
+    export::export(
+        &*store,
+        &TimeRange::default(),
+        &Target::for_path(&after),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    let [(kc, kout), (ac, aout)] = python_checks(&after);
+    assert_eq!(
+        (kc, kout.trim()),
+        (
+            65,
+            format!("FAILED: seal 1 signature by key {key_id} does not verify").as_str()
+        )
+    );
+    assert_eq!(
+        (ac, aout.trim()),
+        (65, "FAILED: seal 1 does not match its anchor: digest differs")
+    );
+    let (code, out) = python(&[&after]);
+    assert_eq!(
+        code, 0,
+        "without keys or anchors the re-sealed export passes: {out}"
+    );
+
+    // The owner's own key id: an unknown key.
+    let forger_id = signing::key_id(&forger.verifying_key());
+    owner_reseals(&db, &*store, Some((&forger, &forger_id))).await;
+    let (code, out) = run("--public-key", &public).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains(&format!(
+            "first mismatch: seal 1 signature refused: signed by key {forger_id}, which is not among the given public keys"
+        )),
+        "{out}"
+    );
+
+    // The newest seal cut off together with its rows.
+    as_owner(
+        &db,
+        "DELETE FROM audit_log WHERE id BETWEEN 31 AND 40; DELETE FROM audit_seals WHERE seq = 4",
+    )
+    .await;
+    let (code, out) = binary(&["audit", "verify", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "the chain alone cannot tell a cut-off tail: {out}");
+    let (code, out) = run("--anchors", &anchors).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains("MISMATCH seal 4 missing: anchored outside the database, but the chain ends at seal 3"),
+        "{out}"
+    );
+}
+
+/// The relay publishes each seal as an `audit.sealed` event (pseudo-award
+/// `|audit`, sequence = the seal's number). A sidecar takes five claims and
+/// seals them on shutdown (the interval is an hour); the next start relays
+/// the event to a Redis stream. `audit verify --anchors redis://… --stream`
+/// reads it back: clean (exit 0) and reconcile is clean, the event noted as
+/// another type; after the owner's full re-seal, exit 65 naming seal 1.
+async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts(
+    kind: Kind,
+) {
+    let db = TestDb::new(kind).await;
+    let stream = unique("og-it-anchor-");
+    let env = [
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_RELAY_SINK", redis_url()),
+        ("ONCEGATE_RELAY_STREAM", stream.clone()),
+        ("ONCEGATE_RELAY_POLL", "100ms".to_string()),
+        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "1h".to_string()),
+    ];
+    let sidecar = Sidecar::start(&env).await;
+    let mut c = sidecar.client().await;
+    for i in 0..5 {
+        c.submit(submission("AWD-ANCHOR", TS, format!("p{i}").as_bytes(), 10))
+            .await
+            .unwrap();
+    }
+    assert!(sidecar.terminate().await.success());
+    assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 1);
+    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence = 1";
+    assert_eq!(db.scalar(event).await, 1);
+    let again = Sidecar::start(&env).await;
+    let published = "SELECT count(*) FROM outbox WHERE published_at IS NULL";
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            db.scalar(published).await == 0
+        })
+        .await
+    );
+    assert!(again.terminate().await.success());
+
+    let url = redis_url();
+    let verify = [
+        "audit",
+        "verify",
+        "--database-url",
+        &db.url,
+        "--anchors",
+        &url,
+        "--stream",
+        &stream,
+    ];
+    let (code, out) = binary(&verify).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("compared with their anchors in the broker"), "{out}");
+    assert!(out.contains(": 1 seal\n"), "{out}");
+    let reconcile = [
+        "reconcile",
+        "--database-url",
+        &db.url,
+        "--sink",
+        &url,
+        "--stream",
+        &stream,
+    ];
+    let (code, out) = binary(&reconcile).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("other"), "the audit.sealed event is noted: {out}");
+
+    let store = db.open().await;
+    owner_reseals(&db, &*store, None).await;
+    let (code, out) = binary(&verify).await;
+    assert_eq!(code, 65, "{out}");
+    assert!(
+        out.contains("first mismatch: seal 1 does not match its anchor: digest "),
+        "{out}"
+    );
 }

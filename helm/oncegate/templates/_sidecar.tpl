@@ -86,6 +86,14 @@ stopped after the consumer).
     - name: ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID
       value: {{ printf "%s$(POD_NAME)" $v.relay.kafka.transactionalIdPrefix | quote }}
     {{- end }}
+    {{- if $v.audit.spool.enabled }}
+    - name: ONCEGATE_AUDIT_SPOOL_DIR
+      value: {{ $v.audit.spool.mountPath | quote }}
+    {{- end }}
+    {{- if $v.audit.anchors.existingClaim }}
+    - name: ONCEGATE_AUDIT_ANCHOR_FILE
+      value: {{ printf "%s/$(ONCEGATE_INSTANCE_ID).jsonl" $v.audit.anchors.mountPath | quote }}
+    {{- end }}
     {{- if $v.tls.enabled }}
     - name: ONCEGATE_TLS_CERT
       value: {{ printf "%s/%s" $v.tls.mountPath $v.tls.certKey | quote }}
@@ -159,6 +167,14 @@ stopped after the consumer).
       mountPath: {{ $v.relay.kafka.mountPath }}
       readOnly: true
     {{- end }}
+    {{- if $v.audit.spool.enabled }}
+    - name: oncegate-audit-spool
+      mountPath: {{ $v.audit.spool.mountPath }}
+    {{- end }}
+    {{- if $v.audit.anchors.existingClaim }}
+    - name: oncegate-audit-anchors
+      mountPath: {{ $v.audit.anchors.mountPath }}
+    {{- end }}
 {{- end }}
 
 {{- define "oncegate.volumes" -}}
@@ -187,5 +203,15 @@ stopped after the consumer).
   secret:
     secretName: {{ $v.relay.kafka.tlsSecret }}
     defaultMode: {{ $v.tls.defaultMode }}
+{{- end }}
+{{- if $v.audit.spool.enabled }}
+- name: oncegate-audit-spool
+  emptyDir:
+    sizeLimit: {{ $v.audit.spool.sizeLimit }}
+{{- end }}
+{{- if $v.audit.anchors.existingClaim }}
+- name: oncegate-audit-anchors
+  persistentVolumeClaim:
+    claimName: {{ $v.audit.anchors.existingClaim }}
 {{- end }}
 {{- end }}

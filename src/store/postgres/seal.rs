@@ -241,6 +241,19 @@ pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result
     .await;
     match inserted {
         Ok(_) => {
+            let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
+            sqlx::query(
+                "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
+                 VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+            )
+            .bind(event_id)
+            .bind(crate::store::shared::AUDIT_SEALED_EVENT)
+            .bind(crate::store::shared::AUDIT_EVENT_AWARD)
+            .bind(seal.seq)
+            .bind(body)
+            .bind(seal.sealed_at)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok(true)
         }

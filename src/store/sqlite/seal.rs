@@ -202,7 +202,21 @@ pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> 
     .bind(&seal.key_id)
     .execute(&mut *tx)
     .await?;
+    let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
+    sqlx::query(
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .bind(event_id.to_string())
+    .bind(crate::store::shared::AUDIT_SEALED_EVENT)
+    .bind(crate::store::shared::AUDIT_EVENT_AWARD)
+    .bind(seal.seq)
+    .bind(body)
+    .bind(to_micros(seal.sealed_at))
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
+    store.outbox_written.notify_one();
     Ok(true)
 }
 
