@@ -204,7 +204,11 @@ impl Gate {
             return Box::pin(self.decide_below_l1(s, None)).await;
         };
         let span = crate::trace_span!("l1.get", oncegate.hit = tracing::field::Empty);
-        let hit = self.l1.get(&s.key, epoch.generation).instrument(span.clone()).await;
+        let hit = self
+            .l1
+            .get(&s.key, epoch.generation)
+            .instrument(span.clone())
+            .await;
         span.record("oncegate.hit", hit.is_some());
         drop(span);
         if let Some(r) = hit {
