@@ -1288,3 +1288,14 @@ def test_audit_spool_is_an_emptydir_and_anchors_go_to_their_own_claim():
     claim = next(v for v in volumes if v["name"] == "oncegate-audit-anchors")
     assert claim["persistentVolumeClaim"]["claimName"] == "worm-anchors"
     assert not any(v["name"] == "oncegate-audit-spool" for v in volumes)
+
+
+def test_postgres_requires_a_synchronous_standby_by_default():
+    _, sidecar = deployment_sidecar(render("production"))
+    assert env_of(sidecar)["ONCEGATE_REQUIRE_SYNC_REPLICA"]["value"] == "true"
+    values = load_values("production")
+    values["database"]["requireSyncReplica"] = False
+    _, sidecar = deployment_sidecar(parse_manifests(render_raw(values)))
+    assert env_of(sidecar)["ONCEGATE_REQUIRE_SYNC_REPLICA"]["value"] == "false"
+    _, embedded = deployment_sidecar(render("sqlite"))
+    assert "ONCEGATE_REQUIRE_SYNC_REPLICA" not in env_of(embedded), "SQLite has no standby"

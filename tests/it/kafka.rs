@@ -224,6 +224,21 @@ async fn kafka_relay_publishes_each_event_once_in_award_order(kind: Kind) {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A record the ledger does not know, committed into the topic by
+    // someone else: reconcile fails and names it.
+    let stray = uuid::Uuid::now_v7().to_string();
+    plant_record(&topic, &stray).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["reconcile", "--sink", &kafka_url(), "--stream", &topic])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(&stray), "the stray event is named:\n{stdout}");
 }
 
 async fn kafka_relay_killed_after_its_commit_settles_and_publishes_nothing_twice(kind: Kind) {
@@ -677,4 +692,43 @@ async fn kafka_relay_sigkilled_mid_stream_publishes_every_event_once() {
     );
     assert_once_in_award_order(&entries, &awards, kills * per_kill);
     assert!(app.terminate().await.success());
+}
+
+/// Produces one record with relay-style headers into `topic`, outside the
+/// relay (an idempotent producer, no transaction).
+async fn plant_record(topic: &str, event_id: &str) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let body = serde_json::json!({"event_id": event_id, "type": "disbursement.recorded", "award_id": "AWD-STRAY", "sequence": 1});
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "event_id",
+            value: Some(event_id),
+        })
+        .insert(Header {
+            key: "event_type",
+            value: Some("disbursement.recorded"),
+        })
+        .insert(Header {
+            key: "award_id",
+            value: Some("AWD-STRAY"),
+        })
+        .insert(Header {
+            key: "sequence",
+            value: Some("1"),
+        });
+    let payload = body.to_string();
+    let record = FutureRecord::to(topic)
+        .key("AWD-STRAY")
+        .payload(&payload)
+        .headers(headers);
+    producer
+        .send(record, Duration::from_secs(10))
+        .await
+        .expect("the stray record is written");
 }

@@ -58,6 +58,9 @@ stopped after the consumer).
       value: "true"
     - name: ONCEGATE_DB_POOL_SIZE
       value: {{ $v.database.poolSize | quote }}
+    # exit 64 at start unless commits wait for a synchronous standby
+    - name: ONCEGATE_REQUIRE_SYNC_REPLICA
+      value: {{ $v.database.requireSyncReplica | quote }}
     {{- else }}
     - name: ONCEGATE_SQLITE_PATH
       value: {{ $v.sqlite.path | quote }}
