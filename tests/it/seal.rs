@@ -1443,9 +1443,12 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
             .unwrap();
     }
     assert!(sidecar.terminate().await.success());
-    assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 1);
-    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence = 1";
-    assert_eq!(db.scalar(event).await, 1);
+    // One seal on shutdown — or two, when a loaded machine runs the first
+    // scheduled seal after the claims' rows are in: one event per seal.
+    let seals = db.scalar("SELECT count(*) FROM audit_seals").await;
+    assert!((1..=2).contains(&seals), "{seals} seals");
+    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence BETWEEN 1 AND 2";
+    assert_eq!(db.scalar(event).await, seals);
     let again = Sidecar::start(&env).await;
     let published = "SELECT count(*) FROM outbox WHERE published_at IS NULL";
     assert!(
@@ -1470,7 +1473,12 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
     let (code, out) = binary(&verify).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("compared with their anchors in the broker"), "{out}");
-    assert!(out.contains(": 1 seal\n"), "{out}");
+    let counted = if seals == 1 {
+        ": 1 seal\n".to_string()
+    } else {
+        format!(": {seals} seals\n")
+    };
+    assert!(out.contains(&counted), "{out}");
     let reconcile = [
         "reconcile",
         "--database-url",
