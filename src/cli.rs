@@ -12,6 +12,7 @@ pub mod audit;
 pub mod bench;
 pub mod effect;
 pub mod ops;
+pub mod relay_state;
 pub mod remote;
 
 use crate::app::{App, AppConfig};

@@ -8,6 +8,7 @@
 //!
 //! They need only the application role's grants (migrations/GRANTS.md).
 
+use super::relay_state::RelayState;
 use crate::config::{BrokerArgs, ReconcileBatchArgs, RetentionWindowArgs, StoreArgs, hostname};
 use crate::error::ConfigError;
 use crate::reconcile::{ReconcileSettings, Reconciler};
@@ -92,6 +93,14 @@ pub struct OutboxListArgs {
     /// At most this many events.
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
+    /// The sidecar's metrics listener, read for the relay's state
+    /// (publishing, or paused while its broker is unreachable).
+    #[arg(
+        long = "metrics",
+        env = "ONCEGATE_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
+    pub metrics: std::net::SocketAddr,
     #[arg(long)]
     pub json: bool,
 }
@@ -137,6 +146,7 @@ pub enum OpsJob {
     OutboxList {
         store: StoreSettings,
         filter: OutboxFilter,
+        metrics: std::net::SocketAddr,
         json: bool,
     },
     OutboxRetry {
@@ -213,6 +223,7 @@ impl OutboxArgs {
                         award_id: a.award,
                         limit: a.limit,
                     },
+                    metrics: a.metrics,
                     json: a.json,
                 })
             }
@@ -273,7 +284,15 @@ pub async fn run(job: OpsJob) -> anyhow::Result<ExitCode> {
             json,
         } => reconcile(store, settings, json).await,
         OpsJob::Inspect { store, target, json } => inspect(&*open(&store).await?, target, json).await,
-        OpsJob::OutboxList { store, filter, json } => list(&*open(&store).await?, &filter, json).await,
+        OpsJob::OutboxList {
+            store,
+            filter,
+            metrics,
+            json,
+        } => {
+            let relay = super::relay_state::relay_state(metrics).await;
+            list(&*open(&store).await?, &filter, &relay, json).await
+        }
         OpsJob::OutboxRetry {
             store,
             target,
@@ -483,12 +502,18 @@ fn render_key(k: &KeyInspection, now: OffsetDateTime) -> String {
     out
 }
 
-async fn list(store: &dyn Store, filter: &OutboxFilter, json: bool) -> anyhow::Result<ExitCode> {
+async fn list(
+    store: &dyn Store,
+    filter: &OutboxFilter,
+    relay: &RelayState,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let now = OffsetDateTime::now_utc();
     let stats = store.outbox_stats().await.context("reading the outbox")?;
     let events = store.list_outbox(filter).await.context("reading the outbox")?;
     if json {
         let out = serde_json::json!({
+            "relay": relay,
             "backlog": stats.backlog,
             "oldest_age_seconds": stats.oldest_age.as_secs_f64(),
             "quarantined": stats.quarantined,
@@ -497,6 +522,7 @@ async fn list(store: &dyn Store, filter: &OutboxFilter, json: bool) -> anyhow::R
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
+    println!("relay: {relay}");
     println!(
         "outbox: {} waiting to be published (oldest {}), {} quarantined",
         stats.backlog,

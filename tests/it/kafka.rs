@@ -201,35 +201,14 @@ async fn kafka_relay_publishes_each_event_once_in_award_order(kind: Kind) {
         0
     );
     // Reconcile reads the topic back: clean.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(["reconcile", "--sink", &kafka_url(), "--stream", &topic])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, out) = reconcile_topic(&db, &topic).await;
+    assert_eq!(code, Some(0), "{out}");
     // A record the ledger does not know, committed into the topic by
     // someone else: reconcile fails and names it.
     let stray = uuid::Uuid::now_v7().to_string();
     plant_record(&topic, &stray).await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(["reconcile", "--sink", &kafka_url(), "--stream", &topic])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = reconcile_topic(&db, &topic).await;
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains(&stray), "the stray event is named:\n{stdout}");
 }
 
@@ -331,6 +310,12 @@ async fn sink_down_at_start(url: &str, name: &str) {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
         "claims are the sidecar's job: Gate stays SERVING while the relay is paused"
     );
+    let listed = outbox_list(&db, &app).await;
+    assert!(
+        listed.contains(&format!("relay: PAUSED: the {name} broker is unreachable"))
+            && listed.contains("outbox: 6 waiting to be published"),
+        "{listed}"
+    );
     let age = metric(&m, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0);
     let older = eventually(Duration::from_secs(10), || async {
         metric(&app.metrics().await, "oncegate_outbox_oldest_age_seconds").unwrap_or(0.0) > age + 1.0
@@ -357,6 +342,11 @@ async fn sink_down_at_start(url: &str, name: &str) {
     );
     let warnings = app.log_text().matches("broker unreachable; relay paused").count();
     assert_eq!(warnings, 1, "one WARN for the outage:\n{}", app.log_text());
+    let listed = outbox_list(&db, &app).await;
+    assert!(
+        listed.contains(&format!("relay: publishing to {name}")),
+        "{listed}"
+    );
     // Then lost and back twice more while serving. (Kafka's clients reach
     // the broker at its advertised address, past the proxy: its outages
     // mid-stream stop the broker itself, in the test below.)
@@ -402,6 +392,19 @@ fn event_id_of(e: &BrokerEntry) -> Option<String> {
         let body: serde_json::Value = serde_json::from_str(e.body.as_deref()?).ok()?;
         Some(body["event_id"].as_str()?.to_string())
     })
+}
+
+/// `oncegate outbox list` for `db`, reading the relay's state from `app`.
+async fn outbox_list(db: &TestDb, app: &Sidecar) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["outbox", "list", "--metrics", &app.metrics_addr.to_string()])
+        .env_clear()
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The health status of `oncegate.v1.Gate` on the sidecar's listener.
@@ -707,6 +710,25 @@ async fn kafka_relay_sigkilled_mid_stream_publishes_every_event_once() {
     );
     assert_once_in_award_order(&entries, &awards, kills * per_kill);
     assert!(app.terminate().await.success());
+}
+
+/// `oncegate reconcile` of `db` against the Kafka `topic`: exit code, and
+/// its output (stdout, then stderr).
+async fn reconcile_topic(db: &TestDb, topic: &str) -> (Option<i32>, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["reconcile", "--sink", &kafka_url(), "--stream", topic])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
 }
 
 /// Produces one record with relay-style headers into `topic`, outside the
