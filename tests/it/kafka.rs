@@ -284,15 +284,7 @@ async fn sink_down_at_start(url: &str, name: &str) {
     let awards = ["AWD-D1", "AWD-D2"];
     let mut c = app.client().await;
     for i in 0..3 {
-        for award in awards {
-            let s = submission(award, TS, format!("{award}-{name}-{i}").as_bytes(), 100);
-            let d = tokio::time::timeout(Duration::from_secs(5), c.submit(s))
-                .await
-                .expect("a claim does not wait for the broker")
-                .unwrap()
-                .into_inner();
-            assert_eq!(outcome(&d), Outcome::Claimed);
-        }
+        claim_each(&mut c, &awards, &format!("{name}-{i}")).await;
     }
     let breaker = format!("oncegate_relay_breaker_state{{sink=\"{name}\"}}");
     let paused = eventually(Duration::from_secs(20), || {
