@@ -1418,39 +1418,56 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
 }
 
 /// The relay publishes each seal as an `audit.sealed` event (pseudo-award
-/// `|audit`, sequence = the seal's number). A sidecar takes five claims,
-/// `oncegate audit seal` seals them; the next start relays
-/// the event to a Redis stream. `audit verify --anchors redis://… --stream`
-/// reads it back: clean (exit 0) and reconcile is clean, the event noted as
-/// another type; after the owner's full re-seal, exit 65 naming seal 1.
+/// `|audit`, sequence = the seal's number), and the sealer appends it to the
+/// anchor file. A sidecar seals on its own, twice: its schedule seals a
+/// claim's row, and shutdown the four cache duplicates of it that the audit
+/// queue writes in its drain (as a loaded machine splits a sidecar's rows
+/// between seals). The next start relays the events to a Redis stream. `audit verify --anchors` with the
+/// file and with `redis://… --stream` is clean (exit 0, both seals
+/// compared) and reconcile is clean, the events noted as another type.
+/// After the owner changes row 3 and re-seals the whole chain, exit 65
+/// naming seal 2, which holds row 3; seal 1, which does not, still matches.
 async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts(
     kind: Kind,
 ) {
     let db = TestDb::new(kind).await;
+    let dir = tempfile::tempdir().unwrap();
+    let anchors = dir.path().join("anchors.jsonl").to_str().unwrap().to_string();
     let stream = unique("og-it-anchor-");
     let env = [
         ("DATABASE_URL", db.url.clone()),
         ("ONCEGATE_RELAY_SINK", redis_url()),
         ("ONCEGATE_RELAY_STREAM", stream.clone()),
         ("ONCEGATE_RELAY_POLL", "100ms".to_string()),
-        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "0s".to_string()),
+        ("ONCEGATE_AUDIT_ANCHOR_FILE", anchors.clone()),
+        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "100ms".to_string()),
+        // Cache duplicates reach the table only in the shutdown drain.
+        ("ONCEGATE_AUDIT_FLUSH_INTERVAL", "1h".to_string()),
     ];
     let sidecar = Sidecar::start(&env).await;
     let mut c = sidecar.client().await;
-    for i in 0..5 {
-        c.submit(submission("AWD-ANCHOR", TS, format!("p{i}").as_bytes(), 10))
-            .await
-            .unwrap();
+    let claim = submission("AWD-ANCHOR", TS, b"p0", 10);
+    let first = c.submit(claim.clone()).await.unwrap().into_inner();
+    assert_eq!(outcome(&first), Outcome::Claimed);
+    let sealed = "SELECT count(*) FROM audit_seals";
+    assert!(
+        eventually(Duration::from_secs(15), || async { db.scalar(sealed).await == 1 }).await,
+        "the schedule seals the claim's row"
+    );
+    for _ in 1..5 {
+        let dup = c.submit(claim.clone()).await.unwrap().into_inner();
+        assert_eq!(
+            (outcome(&dup), tier(&dup)),
+            (Outcome::Duplicate, Tier::LocalCache)
+        );
     }
     assert!(sidecar.terminate().await.success());
-    // Exactly one seal, taken by the operator's command (a sidecar's own
-    // schedule adds seals whenever a loaded machine runs its timer).
-    let (code, out) = binary(&["audit", "seal", "--database-url", &db.url]).await;
-    assert_eq!(code, 0, "{out}");
-    assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 1);
-    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence = 1";
-    assert_eq!(db.scalar(event).await, 1);
-    let again = Sidecar::start(&env).await;
+    let ranges = "SELECT count(*) FROM audit_seals WHERE (seq = 1 AND first_id = 1 AND last_id = 1) \
+                  OR (seq = 2 AND first_id = 2 AND last_id = 5)";
+    assert_eq!((db.scalar(sealed).await, db.scalar(ranges).await), (2, 2));
+    let event = "SELECT count(*) FROM outbox WHERE event_type = 'audit.sealed' AND award_id = '|audit' AND sequence IN (1, 2)";
+    assert_eq!(db.scalar(event).await, 2);
+    let again = Sidecar::start(&env[..4]).await;
     let published = "SELECT count(*) FROM outbox WHERE published_at IS NULL";
     assert!(
         eventually(Duration::from_secs(15), || async {
@@ -1460,6 +1477,17 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
     );
     assert!(again.terminate().await.success());
 
+    let file = [
+        "audit",
+        "verify",
+        "--database-url",
+        &db.url,
+        "--anchors",
+        &anchors,
+    ];
+    let (code, out) = binary(&file).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": 2 seals\n"), "{out}");
     let url = redis_url();
     let verify = [
         "audit",
@@ -1474,7 +1502,7 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
     let (code, out) = binary(&verify).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("compared with their anchors in the broker"), "{out}");
-    assert!(out.contains(": 1 seal\n"), "{out}");
+    assert!(out.contains(": 2 seals\n"), "{out}");
     let reconcile = [
         "reconcile",
         "--database-url",
@@ -1490,10 +1518,12 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
 
     let store = db.open().await;
     owner_reseals(&db, &*store, None).await;
-    let (code, out) = binary(&verify).await;
-    assert_eq!(code, 65, "{out}");
-    assert!(
-        out.contains("first mismatch: seal 1 does not match its anchor: digest "),
-        "{out}"
-    );
+    for (code, out) in [binary(&verify).await, binary(&file).await] {
+        assert_eq!(code, 65, "{out}");
+        assert!(
+            out.contains("first mismatch: seal 2 does not match its anchor: digest "),
+            "{out}"
+        );
+        assert!(out.contains("FAILED (1 mismatch)"), "{out}");
+    }
 }
