@@ -31,6 +31,7 @@ on_both_stores!(
     an_owners_full_reseal_passes_the_hash_chain_but_not_the_public_key,
     an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_forged_signature_is_refused,
     seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and_reconcile_accepts,
+    racing_sidecar_and_command_seals_each_match_their_anchors_in_the_file_and_the_broker,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -1525,5 +1526,120 @@ async fn seals_reach_the_broker_as_audit_sealed_events_that_anchor_the_chain_and
             "{out}"
         );
         assert!(out.contains("FAILED (1 mismatch)"), "{out}");
+    }
+}
+
+/// The sidecar seals every 50 ms into seals of at most 3 rows (signed, to an
+/// anchor file and, through the relay, to a Redis stream) while claims and
+/// cache duplicates (flushed every 20 ms) arrive and `oncegate audit seal`
+/// runs again and again with the same key and anchor file; shutdown seals a
+/// last time. Every row is in one seal, the sidecar and the command each
+/// made seals, and every seal matches its anchor in the file and in the
+/// broker (exit 0, each seal compared).
+async fn racing_sidecar_and_command_seals_each_match_their_anchors_in_the_file_and_the_broker(kind: Kind) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let db = TestDb::new(kind).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key, anchors) = (dir.path().join("seal.key"), dir.path().join("anchors.jsonl"));
+    oncegate::seal::signing::keygen(&key).unwrap();
+    let (key, anchors) = (
+        key.to_str().unwrap().to_string(),
+        anchors.to_str().unwrap().to_string(),
+    );
+    let stream = unique("og-it-race-");
+    let mut env = vec![
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_INSTANCE_ID", "sidecar".to_string()),
+        ("ONCEGATE_RELAY_SINK", redis_url()),
+        ("ONCEGATE_RELAY_STREAM", stream.clone()),
+        ("ONCEGATE_RELAY_POLL", "50ms".to_string()),
+        ("ONCEGATE_AUDIT_FLUSH_INTERVAL", "20ms".to_string()),
+        ("ONCEGATE_AUDIT_SEAL_MAX_ROWS", "3".to_string()),
+        ("ONCEGATE_AUDIT_SIGNING_KEY_FILE", key.clone()),
+        ("ONCEGATE_AUDIT_ANCHOR_FILE", anchors.clone()),
+        ("ONCEGATE_AUDIT_SEAL_INTERVAL", "50ms".to_string()),
+    ];
+    let sidecar = Sidecar::start(&env).await;
+    // Traffic goes on until the command has sealed some of it.
+    let command_sealed = AtomicBool::new(false);
+    let traffic = async {
+        let mut c = sidecar.client().await;
+        for i in 0.. {
+            if i >= 24 && command_sealed.load(Relaxed) {
+                break;
+            }
+            assert!(i < 1_000, "the command never sealed a row");
+            let s = submission(&format!("AWD-RACE-{i}"), TS, b"p", 10);
+            for _ in 0..3 {
+                c.submit(s.clone()).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let seal_args = [
+        "audit",
+        "seal",
+        "--database-url",
+        db.url.as_str(),
+        "--instance-id",
+        "command",
+        "--audit-seal-max-rows",
+        "3",
+        "--audit-signing-key-file",
+        key.as_str(),
+        "--audit-anchor-file",
+        anchors.as_str(),
+    ];
+    let command = async {
+        for run in 0.. {
+            if run >= 8 && command_sealed.load(Relaxed) {
+                break;
+            }
+            let (code, out) = binary(&seal_args).await;
+            assert!(code == 0 || code == 75, "{out}");
+            if out.starts_with("sealed ") {
+                command_sealed.store(true, Relaxed);
+            }
+        }
+    };
+    tokio::join!(traffic, command);
+    assert!(sidecar.terminate().await.success());
+    assert_each_row_sealed_once(&db).await;
+    let by = |who: &str| format!("SELECT count(*) FROM audit_seals WHERE sealed_by = '{who}'");
+    let (sidecars, commands) = (db.scalar(&by("sidecar")).await, db.scalar(&by("command")).await);
+    assert!(
+        sidecars >= 2 && commands >= 1,
+        "{sidecars} by the sidecar, {commands} by the command"
+    );
+    let seals = sidecars + commands;
+
+    env.pop(); // the next start relays, and seals nothing
+    let again = Sidecar::start(&env).await;
+    let published = "SELECT count(*) FROM outbox WHERE published_at IS NULL";
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            db.scalar(published).await == 0
+        })
+        .await
+    );
+    assert!(again.terminate().await.success());
+    let url = redis_url();
+    for source in [anchors.as_str(), url.as_str()] {
+        let verify = [
+            "audit",
+            "verify",
+            "--database-url",
+            &db.url,
+            "--anchors",
+            source,
+            "--stream",
+            &stream,
+        ];
+        let (code, out) = binary(&verify).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(&format!(": {seals} seals\n")),
+            "every seal compared: {out}"
+        );
     }
 }
