@@ -271,7 +271,8 @@ impl App {
         let ctx = ClaimContext {
             instance: config.instance.clone(),
         };
-        let (committer, workers) = Committer::start(store.clone(), ctx, config.group_commit);
+        let group_commit = config.group_commit.fit(store.backend(), config.store.pool_size);
+        let (committer, workers) = Committer::start(store.clone(), ctx, group_commit);
         let (audit, flusher) = audit_queue(&config.audit, store.clone())?;
         let l1 = LocalCache::new(config.cache.capacity_bytes, config.cache.ttl);
         let effects = effects(&config, store.clone(), redis.clone(), audit.clone());

@@ -212,13 +212,15 @@ pub struct ServeArgs {
     /// How long a group-commit worker lingers for more deliveries.
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_MAX_WAIT", default_value = "0ms", value_parser = humantime::parse_duration)]
     pub group_commit_max_wait: Duration,
-    /// Group-commit workers. They take turns (one batch transaction at a
-    /// time, so batches stay large: concurrent batches lock overlapping award
-    /// balances and queue behind each other's commit anyway); a worker runs
-    /// beside the one before it only once that one has been stuck for 20 ms
-    /// (a row lock), so this many batches can be stuck at once before the
-    /// instance stalls (docs/BENCHMARKS.md).
-    #[arg(long, env = "ONCEGATE_GROUP_COMMIT_WORKERS", default_value_t = 2)]
+    /// Group-commit lanes: claims are routed by a hash of their award to a
+    /// lane, and each lane has one batch transaction in flight (lanes never
+    /// share an award, so their transactions commit side by side). In a
+    /// lane, a second batch runs beside one stuck for 20 ms (a row lock), so
+    /// a stuck award holds up only its lane. Each lane holds up to two pool
+    /// connections: at most (ONCEGATE_DB_POOL_SIZE - 1) / 2 lanes run, and
+    /// one on SQLite (one writer). More lanes make smaller batches: worth it
+    /// only with cores to spare and a slow commit flush (docs/BENCHMARKS.md).
+    #[arg(long, env = "ONCEGATE_GROUP_COMMIT_WORKERS", default_value_t = 1)]
     pub group_commit_workers: usize,
 
     /// Audit queue bound (duplicates answered by caches, rejections).

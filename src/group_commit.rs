@@ -1,27 +1,33 @@
 //! Group commit: concurrent claims coalesced into one database transaction,
 //! so one commit's fsync serves many deliveries.
 //!
-//! A few workers share one queue and take turns. The worker whose turn it is
-//! takes what is waiting (up to `max_batch`, optionally lingering `max_wait`
-//! for more), runs it as one batch through [`claim_batch`], and passes the
-//! turn on when the batch's transaction has ended; the next batch takes
-//! everything that arrived meanwhile. Taking turns keeps batches large
-//! (measured at 64 clients: 13 → 28 items a transaction, with less CPU per
-//! claim in both the sidecar and Postgres and more claims a second than
-//! workers that each take whatever is there — and than letting the next
-//! batch start while the previous commit is flushed, which mostly waits on
-//! the award rows that commit still holds; docs/BENCHMARKS.md). A turn is
-//! waited for at most [`TURN_WAIT`], so a batch stuck behind a row lock
-//! (until the lock timeout) holds the other workers up only that long. Every
-//! item is answered. Outcomes are
-//! exactly those of one transaction per item: repeated keys are decided in
-//! order, and if the batch fails for a reason other than the store being
+//! Claims are routed by a hash of their award to one of a few **lanes**
+//! (`workers`), each with its own queue. Lanes never share an award, so
+//! their batch transactions never wait on each other's award rows and
+//! several commit at once (Postgres flushes their WAL together); within a
+//! lane, claims of one award stay in arrival order. Across instances
+//! awards still meet only in row locks.
+//!
+//! In a lane two runners take turns. The runner whose turn it is takes what
+//! is waiting (up to `max_batch`, optionally lingering `max_wait` for more),
+//! runs it as one batch through [`claim_batch`], and passes the turn on when
+//! the batch's transaction has ended; the other runner meanwhile holds the
+//! lane's next job and begins its transaction, and its batch takes
+//! everything that arrived. Taking turns keeps a lane's batches large (one
+//! batch in flight per lane holds its awards' rows until its commit, so a
+//! second would mostly wait on them; docs/BENCHMARKS.md). A turn is waited
+//! for at most [`TURN_WAIT`], so a batch stuck behind a row lock (until the
+//! lock timeout) holds its lane up only that long: the next batch runs
+//! beside it, and one of its awards' claims queue behind the same lock in
+//! the database, in order. Every item is answered. Outcomes are exactly
+//! those of one transaction per item: repeated keys are decided in order,
+//! and if the batch fails for a reason other than the store being
 //! unreachable, each item is retried in its own transaction so one bad item
 //! cannot fail the others. A transaction that certainly aborted
 //! (serialization failure, deadlock) is retried here, a few times.
 
 use crate::error::StoreError;
-use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, OpenClaim, Store};
+use crate::store::{Backend, ClaimBatch, ClaimContext, ClaimOutcome, OpenClaim, Store};
 use crate::submission::Submission;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,8 +43,36 @@ pub struct GroupCommitSettings {
     pub max_batch: usize,
     /// How long a worker lingers for more items once it has one.
     pub max_wait: Duration,
-    /// Concurrent batch transactions.
+    /// Award lanes: batch transactions in flight at once (each lane also
+    /// has a second runner, for a batch stuck behind a row lock).
     pub workers: usize,
+}
+
+impl GroupCommitSettings {
+    /// The lanes that fit the store: one on SQLite (one writer: more lanes
+    /// would only make smaller batches), and on Postgres at most
+    /// `(pool_size - 1) / 2` (each lane holds up to two connections; the
+    /// rest serve lookups, the relay and the audit writer). Logged when
+    /// fewer than asked.
+    pub fn fit(self, backend: Backend, pool_size: u32) -> Self {
+        let most = match backend {
+            Backend::Sqlite => 1,
+            Backend::Postgres => (pool_size.saturating_sub(1) / 2).max(1) as usize,
+        };
+        if self.workers > most && self.max_batch > 1 {
+            tracing::warn!(
+                asked = self.workers,
+                running = most,
+                pool_size,
+                backend = backend.as_str(),
+                "fewer group-commit lanes than ONCEGATE_GROUP_COMMIT_WORKERS asks: each holds up to two of the pool's connections"
+            );
+        }
+        Self {
+            workers: self.workers.min(most),
+            ..self
+        }
+    }
 }
 
 type Reply = oneshot::Sender<Result<ClaimOutcome, StoreError>>;
@@ -47,66 +81,69 @@ type Reply = oneshot::Sender<Result<ClaimOutcome, StoreError>>;
 pub struct Committer {
     store: Arc<dyn Store>,
     ctx: ClaimContext,
-    queue: Option<mpsc::Sender<(Submission, Reply)>>,
+    /// One queue per lane; none when group commit is off.
+    lanes: Vec<mpsc::Sender<(Submission, Reply)>>,
 }
 
+/// Runners per lane: the one whose batch is in flight, and the next, which
+/// holds the lane's next job and runs beside a batch stuck past
+/// [`TURN_WAIT`].
+const RUNNERS_PER_LANE: usize = 2;
+
 impl Committer {
-    /// Starts the workers (none when `max_batch` is 1). They stop once every
-    /// `Committer` clone is dropped and the queue is drained; join them with
-    /// the returned set.
+    /// Starts the lanes' runners (none when `max_batch` is 1). They stop
+    /// once every `Committer` clone is dropped and the queues are drained;
+    /// join them with the returned set.
     pub fn start(
         store: Arc<dyn Store>,
         ctx: ClaimContext,
         settings: GroupCommitSettings,
     ) -> (Self, JoinSet<()>) {
-        let mut workers = JoinSet::new();
-        if settings.max_batch <= 1 {
-            return (
-                Self {
-                    store,
-                    ctx,
-                    queue: None,
-                },
-                workers,
-            );
+        let mut runners = JoinSet::new();
+        let mut lanes = Vec::new();
+        if settings.max_batch > 1 {
+            for _ in 0..settings.workers.max(1) {
+                let (tx, rx) = mpsc::channel(settings.max_batch * RUNNERS_PER_LANE * 4);
+                let rx = Arc::new(Mutex::new(rx));
+                let turn = Turn::new();
+                for _ in 0..RUNNERS_PER_LANE {
+                    runners.spawn(supervise(
+                        rx.clone(),
+                        turn.clone(),
+                        store.clone(),
+                        ctx.clone(),
+                        settings,
+                    ));
+                }
+                lanes.push(tx);
+            }
         }
-        let (tx, rx) = mpsc::channel(settings.max_batch * settings.workers.max(1) * 4);
-        let rx = Arc::new(Mutex::new(rx));
-        let turn = Turn::new();
-        for _ in 0..settings.workers.max(1) {
-            workers.spawn(supervise(
-                rx.clone(),
-                turn.clone(),
-                store.clone(),
-                ctx.clone(),
-                settings,
-            ));
-        }
-        (
-            Self {
-                store,
-                ctx,
-                queue: Some(tx),
-            },
-            workers,
-        )
+        (Self { store, ctx, lanes }, runners)
     }
 
     /// Claims one submission, possibly sharing a transaction with others.
     pub async fn claim(&self, item: Submission) -> Result<ClaimOutcome, StoreError> {
-        let Some(queue) = &self.queue else {
+        if self.lanes.is_empty() {
             let mut outcomes = claim_batch(&*self.store, std::slice::from_ref(&item), &self.ctx).await?;
             return Ok(outcomes.remove(0));
-        };
+        }
+        let lane = &self.lanes[lane_of(&item.award_id, self.lanes.len())];
         let (reply, answer) = oneshot::channel();
-        queue
-            .send((item, reply))
+        lane.send((item, reply))
             .await
             .map_err(|_| StoreError::Unavailable("shutting down".into()))?;
         answer
             .await
             .map_err(|_| StoreError::Other("group commit worker ended".into()))?
     }
+}
+
+/// The lane of an award: the same for every claim of it in this process.
+fn lane_of(award_id: &str, lanes: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    award_id.hash(&mut hasher);
+    (hasher.finish() % lanes as u64) as usize
 }
 
 type Queue = Arc<Mutex<mpsc::Receiver<(Submission, Reply)>>>;
@@ -116,7 +153,7 @@ type Queue = Arc<Mutex<mpsc::Receiver<(Submission, Reply)>>>;
 /// timeout).
 pub const TURN_WAIT: Duration = Duration::from_millis(20);
 
-/// Whose turn it is to take a batch: one permit.
+/// Whose turn it is in a lane to take a batch: one permit.
 #[derive(Clone)]
 struct Turn(Arc<Semaphore>);
 
@@ -359,11 +396,36 @@ mod tests {
     use uuid::Uuid;
 
     /// A store whose claim panics for award `PANIC` (a bug, injected) and
-    /// claims anything else; nothing else is used here.
-    struct PanickingStore;
+    /// claims anything else after `delay`, recording which awards are in a
+    /// batch transaction at once; nothing else is used here.
+    #[derive(Default)]
+    struct FakeStore {
+        delay: Duration,
+        in_flight: std::sync::Mutex<Vec<Vec<String>>>,
+        most_in_flight: std::sync::atomic::AtomicUsize,
+        award_in_two: std::sync::atomic::AtomicBool,
+    }
+
+    impl FakeStore {
+        fn enter(&self, awards: Vec<String>) {
+            use std::sync::atomic::Ordering::SeqCst;
+            let mut in_flight = self.in_flight.lock().unwrap();
+            if in_flight.iter().flatten().any(|a| awards.contains(a)) {
+                self.award_in_two.store(true, SeqCst);
+            }
+            in_flight.push(awards);
+            self.most_in_flight.fetch_max(in_flight.len(), SeqCst);
+        }
+
+        fn leave(&self, awards: &[String]) {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            let at = in_flight.iter().position(|b| b == awards).unwrap();
+            in_flight.remove(at);
+        }
+    }
 
     #[async_trait]
-    impl Store for PanickingStore {
+    impl Store for FakeStore {
         fn backend(&self) -> Backend {
             Backend::Sqlite
         }
@@ -382,6 +444,10 @@ mod tests {
                 batch.items().iter().all(|s| s.award_id != "PANIC"),
                 "injected bug"
             );
+            let awards: Vec<String> = batch.items().iter().map(|s| s.award_id.clone()).collect();
+            self.enter(awards.clone());
+            tokio::time::sleep(self.delay).await;
+            self.leave(&awards);
             Ok(batch
                 .items()
                 .iter()
@@ -571,7 +637,7 @@ mod tests {
             workers: 1,
         };
         let ctx = ClaimContext { instance: "t".into() };
-        let (committer, _workers) = Committer::start(Arc::new(PanickingStore), ctx, settings);
+        let (committer, _workers) = Committer::start(Arc::new(FakeStore::default()), ctx, settings);
         let died = committer.claim(item("PANIC")).await;
         assert!(matches!(died, Err(StoreError::Other(_))), "{died:?}");
         let after = committer.claim(item("AWD-1")).await;
@@ -579,5 +645,62 @@ mod tests {
             matches!(after, Ok(ClaimOutcome::Claimed(_))),
             "the only worker was replaced: {after:?}"
         );
+    }
+
+    /// Claims of many awards, 3 ms per batch transaction (well under
+    /// [`TURN_WAIT`]): the most batches in flight at once, and whether an
+    /// award was ever in two at once.
+    async fn in_flight_with(lanes: usize) -> (usize, bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = Arc::new(FakeStore {
+            delay: Duration::from_millis(3),
+            ..Default::default()
+        });
+        let settings = GroupCommitSettings {
+            max_batch: 16,
+            max_wait: Duration::ZERO,
+            workers: lanes,
+        };
+        let ctx = ClaimContext { instance: "t".into() };
+        let (committer, _runners) = Committer::start(store.clone(), ctx, settings);
+        let committer = Arc::new(committer);
+        let claims = (0..256).map(|i| {
+            let committer = committer.clone();
+            tokio::spawn(async move { committer.claim(item(&format!("AWD-{}", i % 24))).await })
+        });
+        for claim in futures::future::join_all(claims).await {
+            assert!(matches!(claim.unwrap(), Ok(ClaimOutcome::Claimed(_))));
+        }
+        (store.most_in_flight.load(SeqCst), store.award_in_two.load(SeqCst))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lanes_commit_side_by_side_and_never_share_an_award() {
+        assert_eq!(
+            in_flight_with(1).await,
+            (1, false),
+            "one lane: one batch at a time"
+        );
+        let (most, award_in_two) = in_flight_with(4).await;
+        assert!(
+            most >= 2,
+            "four lanes: batches side by side (at most {most} at once)"
+        );
+        assert!(most <= 4, "one batch in flight per lane: {most}");
+        assert!(!award_in_two, "an award was in two batch transactions at once");
+    }
+
+    #[test]
+    fn an_award_keeps_its_lane() {
+        for lanes in 1..8 {
+            for award in ["AWD-1", "AWD-2", "NSF-2231-0001", ""] {
+                let lane = lane_of(award, lanes);
+                assert!(lane < lanes);
+                assert_eq!(lane, lane_of(award, lanes));
+            }
+        }
+        let used: std::collections::HashSet<usize> =
+            (0..64).map(|i| lane_of(&format!("AWD-{i}"), 4)).collect();
+        assert_eq!(used.len(), 4, "64 awards spread over every lane");
     }
 }
