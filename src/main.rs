@@ -123,3 +123,22 @@ fn init_tracing(
     }
     guard
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With traces off nothing is made for a span no layer wants: not the
+    /// exporter's, not another crate's at TRACE (h2 opens ~50 a call).
+    #[test]
+    fn with_traces_off_no_span_is_made_that_no_layer_wants() {
+        let _guard = init_tracing(LogFormat::Text, "info", None);
+        assert!(tracing::trace_span!(target: "h2::proto::streams", "pop_frame").is_disabled());
+        assert!(oncegate::trace_span!("l1.get").is_disabled());
+        assert!(tracing::debug_span!(target: "oncegate::gate", "detail").is_disabled());
+        assert!(
+            !tracing::info_span!(target: "oncegate::gate", "context").is_disabled(),
+            "an INFO span of the log's own level is still made (its fields go into log lines)"
+        );
+    }
+}
