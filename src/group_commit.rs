@@ -18,8 +18,8 @@
 //! second would mostly wait on them; docs/BENCHMARKS.md). A turn is waited
 //! for at most [`TURN_WAIT`], so a batch stuck behind a row lock (until the
 //! lock timeout) holds its lane up only that long: the next batch runs
-//! beside it, and one of its awards' claims queue behind the same lock in
-//! the database, in order. Every item is answered. Outcomes are exactly
+//! beside it, and claims of the stuck batch's awards queue behind the same
+//! row locks in the database, in order. Every item is answered. Outcomes are exactly
 //! those of one transaction per item: repeated keys are decided in order,
 //! and if the batch fails for a reason other than the store being
 //! unreachable, each item is retried in its own transaction so one bad item
