@@ -33,7 +33,7 @@ def figure(name, rnd):
         return r["tps"]
     if name.startswith(("fresh", "growth", "lanes")):
         return r["claims_per_s"]
-    if name.startswith("dup"):
+    if name.startswith(("dup", "spool")):
         return r["duplicates_per_s"]
     return r["deliveries_per_s"]
 
@@ -74,6 +74,8 @@ FIGURES = [
     ("kafka_on", "sidecar fresh claims/s, 64 clients, relay publishing to Kafka"),
     ("kafka_off", "sidecar fresh claims/s, 64 clients, no sink"),
     ("kafka_publish", "relay publish rate into Kafka, events/s (a backlog drained, start-up included)"),
+    ("spool_on", "sidecar L1 duplicates/s, 64 clients, audit spool on (ONCEGATE_AUDIT_SPOOL_DIR)"),
+    ("spool_off", "sidecar L1 duplicates/s, 64 clients, audit spool off"),
 ]
 RATIOS = [
     ("fresh (group commit) / the peer", "fresh_gc", "peer_fresh", figure, ">= 2.5", lambda x: x >= 2.5),
@@ -87,6 +89,7 @@ RATIOS = [
     ("L1 duplicates, info / warn log level", "dup_l1_64_log_info", "dup_l1_64_log_warn", figure, "(cost of the INFO line)", lambda x: None),
     ("fresh claims, sealing every second / sealing off", "seal_on", "seal_off", figure, "(cost of sealing)", lambda x: None),
     ("fresh claims, Kafka sink on / off", "kafka_on", "kafka_off", figure, "(cost of the Kafka relay)", lambda x: None),
+    ("L1 duplicates, audit spool on / off", "spool_on", "spool_off", figure, "(cost of the spool)", lambda x: None),
 ]
 
 for name in sorted((n for n in by if n.startswith("lanes_")), key=lambda n: int(n.split("_")[1])):
@@ -140,6 +143,8 @@ COSTS = [
     ("Postgres CPU per fresh claim, sealing off", "seal_off", "postgres_cpu_us_per_op", "", None),
     ("sidecar CPU per fresh claim, Kafka sink on", "kafka_on", "sidecar_cpu_us_per_op", "", None),
     ("sidecar CPU per fresh claim, no sink", "kafka_off", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per L1 duplicate, audit spool on", "spool_on", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per L1 duplicate, audit spool off", "spool_off", "sidecar_cpu_us_per_op", "", None),
 ]
 for name in sorted((n for n in by if n.startswith("lanes_")), key=lambda n: int(n.split("_")[1])):
     lanes = name.split("_")[1]
