@@ -80,7 +80,10 @@ impl Exporter {
             .with_threads(false)
             .with_location(false)
             .with_tracked_inactivity(false)
-            .with_filter(tracing_subscriber::filter::filter_fn(is_trace_span))
+            .with_filter(
+                tracing_subscriber::filter::filter_fn(is_trace_span)
+                    .with_max_level_hint(tracing_subscriber::filter::LevelFilter::INFO),
+            )
     }
 
     /// Exports what is buffered and stops the exporter.
