@@ -398,6 +398,18 @@ async fn tampering_in_the_database_is_named_exactly(kind: Kind) {
     assert_eq!(report.findings, [below, gap, seal3], "{report}");
 }
 
+/// The whole trail exported to the file at `path`.
+async fn export_whole_trail(store: &dyn Store, path: &Path) {
+    export::export(
+        store,
+        &TimeRange::default(),
+        &Target::for_path(path),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+}
+
 fn python(args: &[&Path]) -> (i32, String) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/verify-audit-export");
     let out = std::process::Command::new("python3")
@@ -851,14 +863,7 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
     // verifiers accept it.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("after-purge.jsonl");
-    export::export(
-        &*store,
-        &TimeRange::default(),
-        &Target::File(file.clone()),
-        &mut |_, _| {},
-    )
-    .await
-    .unwrap();
+    export_whole_trail(&*store, &file).await;
     let exported = verify_file(&file).await;
     assert!(exported.is_clean() && exported.purged_seals == 1, "{exported}");
     let (code, out) = python(&[&file]);
@@ -1331,14 +1336,7 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
         [python(&[k, &public, export]), python(&[a, &anchors, export])]
     };
     let before = dir.path().join("before.jsonl");
-    export::export(
-        &*store,
-        &TimeRange::default(),
-        &Target::for_path(&before),
-        &mut |_, _| {},
-    )
-    .await
-    .unwrap();
+    export_whole_trail(&*store, &before).await;
     for (code, out) in python_checks(&before) {
         assert_eq!(code, 0, "the Python script passes the untouched export: {out}");
     }
@@ -1364,14 +1362,7 @@ async fn an_owners_reseal_and_a_cut_off_tail_are_caught_by_the_anchors_and_a_for
     );
     assert!(out.contains("FAILED (4 mismatches)"), "{out}");
     let after = dir.path().join("after.jsonl");
-    export::export(
-        &*store,
-        &TimeRange::default(),
-        &Target::for_path(&after),
-        &mut |_, _| {},
-    )
-    .await
-    .unwrap();
+    export_whole_trail(&*store, &after).await;
     let [(kc, kout), (ac, aout)] = python_checks(&after);
     assert_eq!(
         (kc, kout.trim()),
