@@ -114,6 +114,7 @@ fn init_tracing(
     // Colour only for a terminal: log files and collectors get plain text.
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_timer(oncegate::time_fmt::LogTime)
         .with_writer(writer);
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),

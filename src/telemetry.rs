@@ -6,8 +6,9 @@
 //!
 //! Spans are `tracing` spans with the target [`TARGET`], made with
 //! [`span!`](crate::trace_span): only the OpenTelemetry layer is interested
-//! in them, so while traces are off every such callsite is disabled and a
-//! span costs one cached interest check — no allocation, no context.
+//! in them. While traces are off the macro makes no span at all (one
+//! relaxed load): the subscriber alone would still make one, since a layer
+//! stack whose trace layer is absent answers "always" for every callsite.
 //!
 //! The W3C `traceparent` links the pieces: the caller's arrives in gRPC
 //! metadata and becomes the server span's parent; the server span's context
@@ -26,12 +27,24 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 pub const TARGET: &str = "oncegate::trace";
 
 /// A span for the trace exporter: `trace_span!("name", field = value, …)`.
-/// Disabled (and free) while traces are off.
+/// Disabled (and free: no span is made) while traces are off.
 #[macro_export]
 macro_rules! trace_span {
     ($name:expr $(, $($fields:tt)*)?) => {
-        tracing::info_span!(target: "oncegate::trace", $name $(, $($fields)*)?)
+        if $crate::telemetry::exporting() {
+            tracing::info_span!(target: "oncegate::trace", $name $(, $($fields)*)?)
+        } else {
+            tracing::Span::none()
+        }
     };
+}
+
+/// Set once the trace layer is built: from then on [`trace_span!`] makes spans.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether traces are exported (an [`Exporter`]'s layer is installed).
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// True when traces are to be exported: an OTLP endpoint is configured and
@@ -75,6 +88,7 @@ impl Exporter {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
     {
         use tracing_subscriber::Layer;
+        EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
         tracing_opentelemetry::layer()
             .with_tracer(self.provider.tracer("oncegate"))
             .with_threads(false)
@@ -231,5 +245,15 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
             ("OTEL_SDK_DISABLED", "true"),
         ])));
+    }
+
+    /// Traces off: no span is made, even under a subscriber that takes
+    /// every span (as a layer stack whose trace layer is absent does).
+    #[test]
+    fn with_traces_off_no_trace_span_is_made() {
+        tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+            assert!(!tracing::info_span!(target: TARGET, "control").is_disabled());
+            assert!(crate::trace_span!("rpc", rpc.system = "grpc").is_disabled());
+        });
     }
 }
