@@ -7,13 +7,16 @@ use time::OffsetDateTime;
 /// answer's wire time and every log line, where `format!` cost ~3,500
 /// instructions.
 pub fn rfc3339(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    let Ok(year) = u32::try_from(t.year()) else {
-        return rfc3339_any_year(t);
-    };
-    if year > 9999 {
-        return rfc3339_any_year(t);
+    match four_digit_year(t) {
+        Some(text) => String::from_utf8(text.to_vec()).expect("digits and separators are ASCII"),
+        None => rfc3339_any_year(t),
     }
+}
+
+/// [`rfc3339`]'s text in a buffer, for years 0000-9999 (else `None`).
+fn four_digit_year(t: OffsetDateTime) -> Option<[u8; 27]> {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
     let mut out = *b"0000-00-00T00:00:00.000000Z";
     put_digits(&mut out[0..4], year);
     put_digits(&mut out[5..7], u8::from(t.month()).into());
@@ -22,7 +25,7 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     put_digits(&mut out[14..16], t.minute().into());
     put_digits(&mut out[17..19], t.second().into());
     put_digits(&mut out[20..26], t.microsecond());
-    String::from_utf8(out.to_vec()).expect("digits and separators are ASCII")
+    Some(out)
 }
 
 /// `value`'s last `out.len()` decimal digits, zero-padded.
@@ -35,6 +38,7 @@ fn put_digits(out: &mut [u8], mut value: u32) {
 
 /// The general form, for years outside 0000-9999 (a sign, or five digits).
 fn rfc3339_any_year(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
         t.year(),
@@ -54,7 +58,11 @@ pub struct LogTime;
 
 impl tracing_subscriber::fmt::time::FormatTime for LogTime {
     fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        w.write_str(&rfc3339(OffsetDateTime::now_utc()))
+        let now = OffsetDateTime::now_utc();
+        match four_digit_year(now) {
+            Some(text) => w.write_str(std::str::from_utf8(&text).expect("digits and separators are ASCII")),
+            None => w.write_str(&rfc3339_any_year(now)),
+        }
     }
 }
 
