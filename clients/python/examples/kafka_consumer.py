@@ -35,8 +35,8 @@ value = the disbursement.recorded event JSON, headers event_id/event_type)
 are a downstream record, not a submission: they carry no
 submission_timestamp or payload, and this consumer would dead-letter them as
 MALFORMED. A message's `message_id` header (or `event_id`) is echoed in the
-output lines. Each handled message is printed to stdout as one JSON line; logs go to
-stderr. Payloads are never logged.
+output lines. Each handled message is printed to stdout as one JSON line, before
+its offset is committed; logs go to stderr. Payloads are never logged.
 
     python kafka_consumer.py --bootstrap-servers kafka:9092 --topic grants \\
         --group grants-workers --dead-letter-topic grants.dead --consumer "$POD_NAME"
@@ -198,16 +198,18 @@ class KafkaGateConsumer:
                         msg.partition(), delay, msg.offset(), exc.code.name)
             self.emit(msg, outcome="ERROR", code=exc.code.name, retryable=exc.retryable)
             return
-        self.decided[tp] = msg.offset() + 1
-        self.since_commit += 1
-        committed = False
-        if self.since_commit >= self.a.commit_every:
-            committed = self.commit_decided()
+        # The line goes out before the offset commit: a message whose offset is
+        # committed is never read again, so its line must already be printed
+        # (killed in between, the message is read again and printed DUPLICATE).
         self.failures.pop(tp, None)
         d = decision.disbursement
         self.emit(msg, outcome=decision.outcome.value, key=decision.idempotency_key,
                   disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
-                  decided_by=decision.decided_by.value, committed=committed)
+                  decided_by=decision.decided_by.value)
+        self.decided[tp] = msg.offset() + 1
+        self.since_commit += 1
+        if self.since_commit >= self.a.commit_every:
+            self.commit_decided()
 
     def commit_decided(self, only: set[tuple[str, int]] | None = None) -> bool:
         """Commit the decided offsets (of `only` partitions, or all)."""

@@ -300,8 +300,9 @@ def test_kafka_consumers_killed_in_a_group_give_an_exact_ledger_and_dead_letters
         claimed = Counter(x["key"] for x in lines if x["outcome"] == "CLAIMED")
         assert not [k for k, n in claimed.items() if n > 1], "a key was CLAIMED twice"
         # A consumer SIGKILLed between the sidecar's answer and its output
-        # line loses that CLAIMED line; the message, uncommitted, is read
-        # again and answered DUPLICATE (the ledger check above holds either way).
+        # line loses that CLAIMED line; the message, uncommitted (the line is
+        # printed before the offset commit), is read again and answered
+        # DUPLICATE (the ledger check above holds either way).
         keys = {s.key() for s in subs}
         assert set(claimed) <= keys
         decided = {x["key"] for x in lines if x["outcome"] in ("CLAIMED", "DUPLICATE")}
