@@ -45,6 +45,11 @@ def p99(name, rnd, cls="ALL"):
     return r["latency"].get(cls, {}).get("p99_ms")
 
 
+def steal(name, rnd):
+    """The hypervisor's share of the machine's CPU during the measurement."""
+    return by[name].get(rnd, {}).get("steal_share")
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -108,6 +113,7 @@ for name, desc in FIGURES:
         "median": med(vals),
         "p99_ms_per_round": p99s,
         "p99_ms_median": med(p99s),
+        "steal_share_per_round": [steal(name, r) for r in rounds],
     }
 for label, a, b, f, target, ok in RATIOS:
     if not by.get(a):
@@ -205,6 +211,10 @@ if any(name in by for name, _ in INSTRUCTIONS):
         name: dict(by[name][0], description=desc) for name, desc in INSTRUCTIONS if name in by
     }
 
+steals = [r["r"]["steal_share"] for r in rows if "steal_share" in r["r"]]
+if steals:
+    summary["steal_share"] = {"median": med(steals), "max": max(steals)}
+
 json.dump(summary, open(base + ".json", "w"), indent=2)
 
 
@@ -222,8 +232,14 @@ md.append(
     f"- {m['postgres']}\n- Postgres settings: {m['postgres_settings']}\n"
     f"- git {m['git_rev']}; Redis L2: {m['redis']}; {m['sidecar_env']}\n"
     f"- {m['rounds']} interleaved rounds, {m['seconds_per_measurement']} s per measurement; "
-    "client, sidecar, Postgres and Redis share the machine\n"
+    "client, sidecar, Postgres and Redis share the machine"
 )
+if steals:
+    md.append(
+        f"- CPU stolen by the hypervisor during the measurements: median {100 * med(steals):.1f} %, "
+        f"max {100 * max(steals):.1f} % (compare figures across runs only where these are alike)"
+    )
+md.append("")
 md.append("## Ratios (median of the per-round ratios)\n")
 md.append("| ratio | per round | median | target | met |\n|---|---|---|---|---|")
 for label, r in summary["ratios"].items():
@@ -237,10 +253,15 @@ for label, c in summary["costs"].items():
     met = "-" if not c["target"] else ("yes" if c["met"] else "no")
     md.append(f"| {label} | {per} | **{fmt(c['median_us'], 1)}** | {c['target'] or '-'} | {met} |")
 md.append("\n## Figures (medians)\n")
-md.append("| measurement | per round | median /s | p99 ms (median) |\n|---|---|---|---|")
+md.append(
+    "Steal: the share of the machine's CPU time the hypervisor gave to other guests during each "
+    "round's measurement (/proc/stat); a figure that moved with it moved with the machine.\n"
+)
+md.append("| measurement | per round | median /s | p99 ms (median) | steal % per round |\n|---|---|---|---|---|")
 for name, f in summary["figures"].items():
     per = ", ".join(fmt(x) for x in f["per_round"])
-    md.append(f"| {f['description']} | {per} | **{fmt(f['median'])}** | {fmt(f['p99_ms_median'], 2)} |")
+    st = ", ".join(fmt(None if x is None else 100 * x, 1) for x in f["steal_share_per_round"])
+    md.append(f"| {f['description']} | {per} | **{fmt(f['median'])}** | {fmt(f['p99_ms_median'], 2)} | {st} |")
 if "memory" in summary:
     s = summary["memory"]
     md.append("\n## Memory\n")
@@ -269,11 +290,21 @@ if "instructions" in summary:
         "Each figure: (instructions over the larger run − over the smaller) / (the difference in requests), "
         "16 clients; repeatable on a busy machine, unlike the CPU time above.\n"
     )
-    md.append("| process, operation | requests (small, large) | instructions per operation |\n|---|---|---|")
+    md.append(
+        "SHA-256 blocks: the digests' block function (inclusive). Valgrind hides the CPU's SHA extensions, "
+        "so under it the digests run the portable code; natively (SHA-NI) they cost a small fraction of "
+        "that, so the figure without them is the one to set beside the CPU time.\n"
+    )
+    md.append(
+        "| process, operation | requests (small, large) | instructions per operation | of which SHA-256 blocks "
+        "| without them |\n|---|---|---|---|---|"
+    )
     for name, r in ins.items():
+        sha = r.get("sha256_instructions_per_op")
         md.append(
             f"| {r['description']} | {r['deliveries_small']:,}, {r['deliveries_large']:,} | "
-            f"**{fmt(r['instructions_per_op'])}** |"
+            f"**{fmt(r['instructions_per_op'])}** | {fmt(sha)} | "
+            f"{fmt(None if sha is None else r['instructions_per_op'] - sha)} |"
         )
     if "in_dup_l1" in ins and "in_echo" in ins:
         ratio = ins["in_dup_l1"]["instructions_per_op"] / ins["in_echo"]["instructions_per_op"]
