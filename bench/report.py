@@ -33,7 +33,7 @@ def figure(name, rnd):
         return r["tps"]
     if name.startswith(("fresh", "growth", "lanes")):
         return r["claims_per_s"]
-    if name.startswith(("dup", "spool")):
+    if name.startswith(("dup", "spool")) or name in ("audit_written", "audit_held"):
         return r["duplicates_per_s"]
     return r["deliveries_per_s"]
 
@@ -81,6 +81,9 @@ FIGURES = [
     ("kafka_publish", "relay publish rate into Kafka, events/s (a backlog drained, start-up included)"),
     ("spool_on", "sidecar L1 duplicates/s, 64 clients, audit spool on (ONCEGATE_AUDIT_SPOOL_DIR)"),
     ("spool_off", "sidecar L1 duplicates/s, 64 clients, audit spool off"),
+    ("audit_written", "sidecar L1 duplicates/s, 64 clients, audit rows written (as always)"),
+    ("audit_held", "sidecar L1 duplicates/s, 64 clients, audit rows held in memory through the measurement"),
+    ("audit_echo", "bare tonic echo calls/s, 64 clients (beside the audit-cost pair)"),
 ]
 RATIOS = [
     ("fresh (group commit) / the peer", "fresh_gc", "peer_fresh", figure, ">= 2.5", lambda x: x >= 2.5),
@@ -95,6 +98,8 @@ RATIOS = [
     ("fresh claims, sealing every second / sealing off", "seal_on", "seal_off", figure, "(cost of sealing)", lambda x: None),
     ("fresh claims, Kafka sink on / off", "kafka_on", "kafka_off", figure, "(cost of the Kafka relay)", lambda x: None),
     ("L1 duplicates, audit spool on / off", "spool_on", "spool_off", figure, "(cost of the spool)", lambda x: None),
+    ("L1 duplicates / echo, audit rows written", "audit_written", "audit_echo", figure, "(the audit-cost pair)", lambda x: None),
+    ("L1 duplicates / echo, audit rows held in memory", "audit_held", "audit_echo", figure, "(without the audit rows' Postgres work)", lambda x: None),
 ]
 
 for name in sorted((n for n in by if n.startswith("lanes_")), key=lambda n: int(n.split("_")[1])):
@@ -151,6 +156,10 @@ COSTS = [
     ("sidecar CPU per fresh claim, no sink", "kafka_off", "sidecar_cpu_us_per_op", "", None),
     ("sidecar CPU per L1 duplicate, audit spool on", "spool_on", "sidecar_cpu_us_per_op", "", None),
     ("sidecar CPU per L1 duplicate, audit spool off", "spool_off", "sidecar_cpu_us_per_op", "", None),
+    ("Postgres CPU per L1 duplicate, audit rows written", "audit_written", "postgres_cpu_us_per_op", "", None),
+    ("Postgres CPU per L1 duplicate, audit rows held", "audit_held", "postgres_cpu_us_per_op", "", None),
+    ("sidecar CPU per L1 duplicate, audit rows written", "audit_written", "sidecar_cpu_us_per_op", "", None),
+    ("sidecar CPU per L1 duplicate, audit rows held", "audit_held", "sidecar_cpu_us_per_op", "", None),
 ]
 for name in sorted((n for n in by if n.startswith("lanes_")), key=lambda n: int(n.split("_")[1])):
     lanes = name.split("_")[1]
