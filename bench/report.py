@@ -33,7 +33,7 @@ def figure(name, rnd):
         return r["tps"]
     if name.startswith(("fresh", "growth", "lanes")):
         return r["claims_per_s"]
-    if name.startswith(("dup", "spool")) or name in ("audit_written", "audit_held"):
+    if name.startswith(("dup", "spool", "audit_written", "audit_held")):
         return r["duplicates_per_s"]
     return r["deliveries_per_s"]
 
@@ -84,6 +84,9 @@ FIGURES = [
     ("audit_written", "sidecar L1 duplicates/s, 64 clients, audit rows written (as always)"),
     ("audit_held", "sidecar L1 duplicates/s, 64 clients, audit rows held in memory through the measurement"),
     ("audit_echo", "bare tonic echo calls/s, 64 clients (beside the audit-cost pair)"),
+    ("audit_written_16", "sidecar L1 duplicates/s, 16 clients, audit rows written (as always)"),
+    ("audit_held_16", "sidecar L1 duplicates/s, 16 clients, audit rows held in memory through the measurement"),
+    ("audit_echo_16", "bare tonic echo calls/s, 16 clients (beside the audit-cost pair)"),
 ]
 RATIOS = [
     ("fresh (group commit) / the peer", "fresh_gc", "peer_fresh", figure, ">= 2.5", lambda x: x >= 2.5),
@@ -100,6 +103,8 @@ RATIOS = [
     ("L1 duplicates, audit spool on / off", "spool_on", "spool_off", figure, "(cost of the spool)", lambda x: None),
     ("L1 duplicates / echo, audit rows written", "audit_written", "audit_echo", figure, "(the audit-cost pair)", lambda x: None),
     ("L1 duplicates / echo, audit rows held in memory", "audit_held", "audit_echo", figure, "(without the audit rows' Postgres work)", lambda x: None),
+    ("L1 duplicate p99 / echo p99 (16 clients), audit rows written", "audit_written_16", "audit_echo_16", p99, "(the audit-cost pair)", lambda x: None),
+    ("L1 duplicate p99 / echo p99 (16 clients), audit rows held in memory", "audit_held_16", "audit_echo_16", p99, "(without the audit rows' Postgres work)", lambda x: None),
 ]
 
 for name in sorted((n for n in by if n.startswith("lanes_")), key=lambda n: int(n.split("_")[1])):
