@@ -608,7 +608,19 @@ async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
         ) == Some(6.0)
     })
     .await;
-    assert!(published, "its own metrics endpoint counts the published events");
+    if !published {
+        let seen = metric(
+            &scrape(addr).await,
+            "oncegate_outbox_published_total{sink=\"redis\"}",
+        );
+        let in_stream = xrange(&stream).await.len();
+        let _ = child.start_kill();
+        let out = child.wait_with_output().await.expect("relay output");
+        panic!(
+            "its own metrics endpoint counts the published events: {seen:?}, {in_stream} in the stream; relay log:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &child.id().unwrap().to_string()])
         .status();
