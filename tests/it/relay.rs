@@ -601,18 +601,18 @@ async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
     .await;
     assert!(done, "oncegate relay published the outbox");
     let addr = format!("127.0.0.1:{mport}").parse().unwrap();
-    let published = eventually(Duration::from_secs(15), || async move {
+    let published_total = async move || {
         metric(
             &scrape(addr).await,
             "oncegate_outbox_published_total{sink=\"redis\"}",
-        ) == Some(6.0)
+        )
+    };
+    let published = eventually(Duration::from_secs(15), || async move {
+        published_total().await == Some(6.0)
     })
     .await;
     if !published {
-        let seen = metric(
-            &scrape(addr).await,
-            "oncegate_outbox_published_total{sink=\"redis\"}",
-        );
+        let seen = published_total().await;
         let in_stream = xrange(&stream).await.len();
         let _ = child.start_kill();
         let out = child.wait_with_output().await.expect("relay output");
