@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import re
 import shutil
 import socket
@@ -130,9 +131,19 @@ POD = "oncegate-live-0"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port drawn below the kernel's ephemeral range
+    (32768-60999) and checked by binding it: one the kernel hands out for
+    bind(0) or an outgoing connection can be taken again by any socket before
+    the server we start binds it, or while a server the test restarts on the
+    same port is down."""
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, log: pathlib.Path, seconds: float = 20) -> None:

@@ -1127,10 +1127,21 @@ NOT_SCRAPED_HERE = {
 
 
 def free_port() -> int:
+    """A free loopback port drawn below the kernel's ephemeral range
+    (32768-60999) and checked by binding it: one the kernel hands out for
+    bind(0) or an outgoing connection can be taken again by any socket before
+    the server we start binds it, or while a server the test restarts on the
+    same port is down."""
+    import random
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def reachable(host: str, port: int) -> bool:

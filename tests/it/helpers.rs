@@ -374,13 +374,21 @@ pub fn tier(d: &pb::Decision) -> Tier {
     Tier::try_from(d.decided_by).expect("known tier")
 }
 
-/// A free loopback port (bound and released).
+/// A free loopback port, drawn below the kernel's ephemeral range
+/// (32768–60999 by default) and checked by binding it. A port the kernel
+/// hands out for `bind(0)` or an outgoing connection can be taken again by
+/// any socket in the suite between our release and the child's bind (a
+/// throwaway Kafka broker once failed to start that way, and a server that
+/// is stopped and started on the same port mid-test would be exposed for
+/// the whole outage); one from below that range is only taken by another
+/// test drawing the same number.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    loop {
+        let port = rand::random_range(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Polls `f` until it returns true or `timeout` passes.
