@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import random
 import re
 import shutil
 import socket
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from test_chart import NAMESPACE, REPO, dashboard, dashboard_exprs, load_values, one, parse_manifests, render, render_raw
+from test_chart import NAMESPACE, REPO, dashboard, dashboard_exprs, free_port, load_values, one, parse_manifests, render, render_raw
 
 HERE = pathlib.Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "alerts" / "oncegate_test.yaml"
@@ -128,22 +127,6 @@ LIVE_FOR = "3s"
 LIVE_OUTBOX_AGE = 4
 SCRAPE = "1s"
 POD = "oncegate-live-0"
-
-
-def free_port() -> int:
-    """A free loopback port drawn below the kernel's ephemeral range
-    (32768-60999) and checked by binding it: one the kernel hands out for
-    bind(0) or an outgoing connection can be taken again by any socket before
-    the server we start binds it, or while a server the test restarts on the
-    same port is down."""
-    while True:
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, log: pathlib.Path, seconds: float = 20) -> None:
