@@ -77,8 +77,8 @@ inline confirm(i) {
 proctype Worker(byte i) {
   byte t;
   do
-  :: atomic { L1_OK(i) -> assert(has[cur]) }              /* L1 hit */
-  :: atomic { !L1_OK(i) && L2_OK(i) -> assert(has[cur]);   /* L2 hit, fills L1 */
+  :: atomic { L1_OK(i) -> assert(has[cur]) }   /* L1 hit; property: answers_current_primary */
+  :: atomic { !L1_OK(i) && L2_OK(i) -> assert(has[cur]);   /* L2 hit, fills L1; property: answers_current_primary */
               l1[i] = ident[i] + 1 }
   :: atomic { UP -> confirm(i); has[cur] = true; t = cur } /* store: claim committed */
      /* then, not atomically: fill L2 and L1 with the commit's epoch */

@@ -12,14 +12,18 @@
  * instances at once.
  *
  * Invariants:
- *   - no double effect:            effects <= 1                  (LTL safe)
- *   - no lost acknowledged claim:  acked[m] -> effects == 1      (LTL safe)
- *   - a cache answers DUPLICATE only for a committed claim   (assertions)
+ *   - no double effect:            effects <= 1              (ltl at_most_one_effect)
+ *   - no lost acknowledged claim:  acked[m] -> effects == 1  (ltl acked_has_effect)
+ *   - a cache answers DUPLICATE only for a committed claim
+ *                                                  (assertion answer_is_committed)
  *
- * Broken variants (spin -D...), each must produce a counterexample:
+ * Broken variants (spin -D...), each must fail on the property it breaks:
  *   BROKEN_ACK_BEFORE_COMMIT  the answer (and so the ack) precedes the commit
+ *                             -> acked_has_effect
  *   BROKEN_TOKEN_IS_RESULT    another instance's L2 token read as a duplicate
+ *                             -> answer_is_committed
  *   BROKEN_CLAIM_OUTSIDE_TX   claim checked in one transaction, effect in another
+ *                             -> at_most_one_effect
  */
 
 #define NI 2            /* instances */
@@ -36,10 +40,11 @@ byte l2 = EMPTY;
 bool l1[NI];
 byte flushes = 0;
 
-ltl safe { [] (effects <= 1 && (!acked[0] || effects == 1) && (!acked[1] || effects == 1)) }
+ltl at_most_one_effect { [] (effects <= 1) }
+ltl acked_has_effect { [] ((!acked[0] || effects == 1) && (!acked[1] || effects == 1)) }
 
 inline answer_dup() {
-  assert(claimed);      /* a cache answers only for a committed claim */
+  assert(claimed);      /* property: answer_is_committed -- a cache answers only for a committed claim */
   acked[m] = true
 }
 

@@ -6,14 +6,16 @@
  * Two callers, one key, leases expiring at any moment, a caller killed at
  * any point (its lease left to expire).
  *
- * Invariants: at most one Complete succeeds, and only the current lease's
- * token completes (the stored response is the holder's) (LTL safe); the response never
- * changes (LTL safe); a stale token changes nothing; every cache answer is
- * the completed record (assertion).
+ * Invariants: at most one Complete succeeds (ltl one_complete); only the
+ * current lease's token completes, so the stored response is the holder's
+ * (ltl holder_completes); every cache answer is the completed record
+ * (assertion cache_answers_completed).
  *
- * Broken variants (each must produce a counterexample):
+ * Broken variants (each must fail on the property it breaks):
  *   BROKEN_UNFENCED        Complete checks the state but not the token
+ *                          -> holder_completes
  *   BROKEN_FILL_IN_PROGRESS  the caches are filled when the lease is taken
+ *                          -> cache_answers_completed
  */
 #define NONE 0
 #define PROG 1
@@ -27,12 +29,13 @@ byte completes = 0;
 byte resp = 0;          /* 1 + whose response is stored */
 byte cached = 0;        /* L1/L2: 0 none, else the response cached */
 
-ltl safe { [] (completes <= 1 && (st != DONE || resp == tok)) }
+ltl one_complete { [] (completes <= 1) }
+ltl holder_completes { [] (st != DONE || resp == tok) }
 
 proctype Caller(byte me) {
   byte kills = 0; bool mine;
   do
-  :: atomic { cached != 0 -> assert(st == DONE && cached == resp) }   /* cache answer */
+  :: atomic { cached != 0 -> assert(st == DONE && cached == resp) }   /* property: cache_answers_completed */
   :: atomic { st == DONE -> cached = resp }                           /* store answer, fills */
   :: atomic {
        (st == NONE || st == REL || (st == PROG && expired)) ->

@@ -7,14 +7,16 @@
  * The lease statement is modelled as atomic (one statement).
  *
  * At-least-once sinks (default): every event marked published was published
- * (LTL safe), and first occurrences are in per-award order (assertion).
+ * (ltl marked_was_published), and first occurrences are in per-award order
+ * (assertion award_order).
  * -DKAFKA: each batch is one Kafka transaction that also carries the batch's
  * high-water mark; a relay settles (marks what the committed high-water mark
  * covers) before it leases, and the transactional id belongs to the relay
  * role, so taking it (init_transactions) fences the previous holder. A
- * read_committed consumer then sees every event exactly once, in order.
+ * read_committed consumer then sees every event exactly once (ltl exactly_once),
+ * in order.
  *
- * Broken variants (each must produce a counterexample):
+ * Broken variants (each must fail on the property it breaks):
  *   BROKEN_MARK_BEFORE_PUBLISH            marked, then killed: an event never published
  *   BROKEN_NO_AWARD_GUARD                 a later event leased while an earlier is leased
  *   KAFKA + BROKEN_KAFKA_NO_SETTLE        killed after the Kafka commit, before the mark:
@@ -31,14 +33,13 @@ byte seen[NE];          /* occurrences a consumer receives (read_committed for K
 byte hwm = 0;           /* Kafka: committed high-water mark (events below it) */
 byte kowner = 0;        /* Kafka: who last initialised the shared transactional id */
 
+ltl marked_was_published { [] ((!pub[0] || seen[0] > 0) && (!pub[1] || seen[1] > 0)) }
 #ifdef KAFKA
-ltl safe { [] ((!pub[0] || seen[0] > 0) && (!pub[1] || seen[1] > 0) && seen[0] <= 1 && seen[1] <= 1) }
-#else
-ltl safe { [] ((!pub[0] || seen[0] > 0) && (!pub[1] || seen[1] > 0)) }
+ltl exactly_once { [] (seen[0] <= 1 && seen[1] <= 1) }
 #endif
 
 inline deliver(e) {
-  assert(e == 0 || seen[e - 1] > 0 || seen[e] > 0);   /* first occurrences in order */
+  assert(e == 0 || seen[e - 1] > 0 || seen[e] > 0);   /* property: award_order -- first occurrences in order */
   seen[e]++
 }
 
