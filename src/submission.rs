@@ -103,10 +103,9 @@ fn validate_award_id(award_id: &str) -> Result<(), GateError> {
     if award_id.contains('|') {
         return Err(GateError::invalid("award_id must not contain '|'"));
     }
-    if let Some(c) = award_id.chars().find(|c| !is_printable(*c)) {
+    if let Some((c, category)) = award_id.chars().find_map(|c| refused_char(c).map(|k| (c, k))) {
         return Err(GateError::invalid(format!(
-            "award_id must be printable, found {} U+{:04X}",
-            category_name(c),
+            "award_id must be printable, found {category} U+{:04X}",
             c as u32
         )));
     }
@@ -118,31 +117,25 @@ fn validate_award_id(award_id: &str) -> Result<(), GateError> {
     Ok(())
 }
 
-/// Not a control, format (zero-width, bidi override, BOM), line or
-/// paragraph separator, private-use or unassigned character: what could
-/// make two award ids look alike in a ledger while differing in bytes.
-fn is_printable(c: char) -> bool {
-    !matches!(
-        c.general_category(),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-            | GeneralCategory::PrivateUse
-            | GeneralCategory::Unassigned
-            | GeneralCategory::Surrogate
-    )
-}
-
-fn category_name(c: char) -> &'static str {
-    match c.general_category() {
+/// Why an award id may not contain `c`, or `None` when it may: a control,
+/// format (zero-width, bidi override, BOM), line or paragraph separator,
+/// private-use or unassigned character — what could make two award ids look
+/// alike in a ledger while differing in bytes. The name is the one the
+/// error message gives; `clients/vectors/refused_chars.json` is this table,
+/// for the clients (its test compares every code point).
+pub fn refused_char(c: char) -> Option<&'static str> {
+    Some(match c.general_category() {
         GeneralCategory::Control => "control character",
         GeneralCategory::Format => "format character",
         GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator => "line or paragraph separator",
         GeneralCategory::PrivateUse => "private-use character",
-        _ => "unassigned character",
-    }
+        GeneralCategory::Unassigned | GeneralCategory::Surrogate => "unassigned character",
+        _ => return None,
+    })
 }
+
+/// The version of the Unicode tables [`refused_char`] follows.
+pub const UNICODE_VERSION: (u64, u64, u64) = unicode_properties::UNICODE_VERSION;
 
 const TIMESTAMP_FORMAT: &str =
     "submission_timestamp must be an RFC 3339 date-time (e.g. 2026-11-29T10:57:45Z)";

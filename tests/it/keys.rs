@@ -1,35 +1,20 @@
-//! Key derivation against vectors computed independently by Python's
-//! hashlib (`tests/vectors/make_key_vectors.py` wrote `keys.json`).
+//! Key derivation against the shared vectors (`clients/vectors/keys.json`),
+//! computed independently by Python's hashlib (`clients/vectors/make_vectors.py`)
+//! and read by every client's tests too.
 
-use base64::Engine;
-use oncegate::key::derive_key;
-
-#[derive(serde::Deserialize)]
-struct Vector {
-    award_id: String,
-    submission_timestamp: String,
-    payload_b64: String,
-    key: String,
-}
-
-fn vectors() -> Vec<Vector> {
-    serde_json::from_str(include_str!("../vectors/keys.json")).expect("valid vectors file")
-}
+use crate::vectors::{KeyVector, key_vectors};
+use oncegate::key::{derive_key, payload_digest};
+use oncegate::submission::{Limits, Submission};
 
 #[test]
 fn keys_match_the_python_reference_vectors() {
-    let vectors = vectors();
-    assert!(vectors.len() >= 60);
+    let vectors = key_vectors();
+    assert!(vectors.len() >= 90, "{} key vectors", vectors.len());
     for v in vectors {
-        let payload = base64::engine::general_purpose::STANDARD
-            .decode(&v.payload_b64)
-            .unwrap();
+        let payload = v.payload();
+        assert_eq!(payload_digest(&payload), v.payload_sha256, "{}", v.name);
         let key = derive_key(&v.award_id, &v.submission_timestamp, &payload);
-        assert_eq!(
-            key, v.key,
-            "award {:?} ts {:?}",
-            v.award_id, v.submission_timestamp
-        );
+        assert_eq!(key, v.derived_key, "{}", v.name);
         assert_eq!(key.len(), 64);
         assert!(
             key.bytes()
@@ -39,24 +24,39 @@ fn keys_match_the_python_reference_vectors() {
 }
 
 #[test]
+fn every_key_vector_is_a_valid_submission_with_its_key() {
+    for v in key_vectors() {
+        let valid = Submission::validate(&v.submission(), Limits::default())
+            .unwrap_or_else(|e| panic!("{}: refused: {e}", v.name));
+        assert_eq!(valid.key, v.key, "{}", v.name);
+        assert_eq!(valid.payload_digest, v.payload_sha256, "{}", v.name);
+    }
+}
+
+#[test]
 fn one_changed_payload_byte_changes_every_vector_key() {
-    for v in vectors() {
-        let mut payload = base64::engine::general_purpose::STANDARD
-            .decode(&v.payload_b64)
-            .unwrap();
+    for v in key_vectors() {
+        let mut payload = v.payload();
         if payload.is_empty() {
             payload.push(0);
         } else {
             payload[0] ^= 1;
         }
-        assert_ne!(derive_key(&v.award_id, &v.submission_timestamp, &payload), v.key);
+        assert_ne!(
+            derive_key(&v.award_id, &v.submission_timestamp, &payload),
+            v.derived_key
+        );
     }
 }
 
 #[test]
 fn the_key_subcommand_prints_the_same_keys() {
     use std::io::Write;
-    let vectors = vectors();
+    // The CLI reads one JSON line per submission: the small payloads only.
+    let vectors: Vec<KeyVector> = key_vectors()
+        .into_iter()
+        .filter(|v| v.payload_repeat == 1)
+        .collect();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args(["key", "--jsonl"])
         .stdin(std::process::Stdio::piped())
@@ -77,6 +77,6 @@ fn the_key_subcommand_prints_the_same_keys() {
         .lines()
         .map(String::from)
         .collect();
-    let expected: Vec<String> = vectors.into_iter().map(|v| v.key).collect();
+    let expected: Vec<String> = vectors.into_iter().map(|v| v.derived_key).collect();
     assert_eq!(printed, expected);
 }

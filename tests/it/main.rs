@@ -37,3 +37,4 @@ mod store_suite;
 mod structure;
 mod tiers;
 mod traces;
+mod vectors;

@@ -1,4 +1,6 @@
-"""derive_idempotency_key == DESIGN.md §1, without the sidecar."""
+"""derive_idempotency_key == DESIGN.md §1, without the sidecar: known answers,
+the shared vectors (clients/vectors/keys.json, read by every client's tests)
+and random input."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from helpers import random_submission
 from oncegate import Submission, derive_idempotency_key
+from vectors import key_vectors
 
 # Known answers, checked independently with coreutils:
 #   d=$(printf '%s' '{"amount":1250}' | sha256sum | cut -d' ' -f1)
@@ -37,6 +40,16 @@ def design_reference(award_id: str, submission_timestamp: str, payload: bytes) -
 @pytest.mark.parametrize("award_id,timestamp,payload,expected", VECTORS)
 def test_known_answers(award_id, timestamp, payload, expected):
     assert derive_idempotency_key(award_id, timestamp, payload) == expected
+
+
+def test_shared_key_vectors():
+    vectors = key_vectors()
+    assert len(vectors) >= 90
+    for v in vectors:
+        payload = v.payload()
+        assert sha256(payload).hexdigest() == v.payload_sha256, v.name
+        assert derive_idempotency_key(v.award_id, v.submission_timestamp, payload) == v.derived_key, v.name
+        assert v.submission().key() == v.key, v.name
 
 
 def test_matches_design_reference_on_random_input():
