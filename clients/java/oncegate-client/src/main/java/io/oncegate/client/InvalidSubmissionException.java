@@ -1,0 +1,21 @@
+package io.oncegate.client;
+
+import io.grpc.Status;
+
+/** INVALID_ARGUMENT: bad input, nothing written. Do not retry: dead-letter. */
+public final class InvalidSubmissionException extends GateException {
+    private static final long serialVersionUID = 1L;
+
+    public InvalidSubmissionException(String message) {
+        super(Status.Code.INVALID_ARGUMENT, message);
+    }
+
+    InvalidSubmissionException(String message, Throwable cause) {
+        super(Status.Code.INVALID_ARGUMENT, message, cause);
+    }
+
+    @Override
+    public boolean isPoison() {
+        return true;
+    }
+}
