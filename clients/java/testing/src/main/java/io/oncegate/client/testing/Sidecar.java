@@ -46,11 +46,20 @@ public final class Sidecar implements AutoCloseable {
         return bin;
     }
 
+    /**
+     * A free loopback port below the kernel's ephemeral range (as the Rust
+     * tests draw them): a port bind(0) handed out can be taken again by an
+     * outgoing connection before the sidecar binds it.
+     */
     public static int freePort() {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
+        java.util.Random rng = new java.util.Random();
+        while (true) {
+            int port = 20_000 + rng.nextInt(12_000);
+            try (ServerSocket s = new ServerSocket(port, 1, java.net.InetAddress.getLoopbackAddress())) {
+                return port;
+            } catch (IOException taken) {
+                // try another
+            }
         }
     }
 
