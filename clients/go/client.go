@@ -19,6 +19,7 @@ package oncegate
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -131,6 +132,9 @@ func (c *Client) Close() error {
 // not wrap.
 func (c *Client) Stub() pb.GateClient { return c.gate }
 
+// EffectsStub is the generated Effects client underneath.
+func (c *Client) EffectsStub() pb.EffectsClient { return c.effects }
+
 // deadline gives ctx the client's default timeout when it has no deadline.
 func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || c.timeout <= 0 {
@@ -152,6 +156,9 @@ func WithTraceparent(ctx context.Context, traceparent string) context.Context {
 // Submit decides one delivery: CLAIMED (first time, effect committed) or
 // DUPLICATE (the stored original result). Errors are *Error.
 func (c *Client) Submit(ctx context.Context, s Submission) (*Decision, error) {
+	if msg := s.utf8Problem(); msg != "" {
+		return nil, invalid(msg)
+	}
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
 	d, err := c.gate.Submit(ctx, s.proto())
@@ -169,6 +176,9 @@ func (c *Client) SubmitBatch(ctx context.Context, subs []Submission) ([]BatchRes
 	defer cancel()
 	req := &pb.SubmitBatchRequest{Submissions: make([]*pb.Submission, len(subs))}
 	for i, s := range subs {
+		if msg := s.utf8Problem(); msg != "" {
+			return nil, invalid(fmt.Sprintf("submission %d: %s", i, msg))
+		}
 		req.Submissions[i] = s.proto()
 	}
 	resp, err := c.gate.SubmitBatch(ctx, req)

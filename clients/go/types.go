@@ -1,6 +1,8 @@
 package oncegate
 
 import (
+	"unicode/utf8"
+
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/oncegate/oncegate/clients/go/oncegatev1"
@@ -18,6 +20,20 @@ type Submission struct {
 	AmountCents int64
 	// The producer's own key (a UUID per intent, say); empty: derived.
 	IdempotencyKey string
+}
+
+// utf8Problem: a string field that is not valid UTF-8 cannot be sent at all
+// (protobuf refuses to encode it); it is the message's fault, so it is an
+// InvalidSubmission (dead-letter), never a transport error to retry.
+func (s Submission) utf8Problem() string {
+	for _, f := range [...]struct{ name, value string }{
+		{"award_id", s.AwardID}, {"submission_timestamp", s.SubmissionTimestamp}, {"idempotency_key", s.IdempotencyKey},
+	} {
+		if !utf8.ValidString(f.value) {
+			return f.name + " is not valid UTF-8"
+		}
+	}
+	return ""
 }
 
 func (s Submission) proto() *pb.Submission {

@@ -1,5 +1,6 @@
 // Command generate writes the Go code for the repository's proto/ into the
-// client module (oncegatev1/), or with -check reports whether the files
+// client module (oncegatev1/) and the sidecar's table of characters an award
+// id may not hold (award_id_chars.go, from clients/vectors/), or with -check reports whether the files
 // there are what the pinned generators produce.
 //
 // No protoc is needed: protocompile (a pure-Go compiler) parses proto/ and
@@ -56,30 +57,36 @@ func run(protoDir, outDir string, check bool) error {
 		return err
 	}
 	var stale []string
+	tbl, err := tableFile(filepath.Join(protoDir, "..", filepath.FromSlash(tableSource)))
+	if err != nil {
+		return err
+	}
+	files := []*pluginpb.CodeGeneratorResponse_File{{Name: proto.String("award_id_chars.go"), Content: proto.String(string(tbl))}}
 	for _, plugin := range plugins {
-		files, err := runPlugin(plugin, req)
+		out, err := runPlugin(plugin, req)
 		if err != nil {
 			return err
 		}
-		for _, f := range files {
-			path := filepath.Join(outDir, filepath.FromSlash(f.GetName()))
-			if check {
-				if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, []byte(f.GetContent())) {
-					stale = append(stale, f.GetName())
-				}
-				continue
+		files = append(files, out...)
+	}
+	for _, f := range files {
+		path := filepath.Join(outDir, filepath.FromSlash(f.GetName()))
+		if check {
+			if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, []byte(f.GetContent())) {
+				stale = append(stale, f.GetName())
 			}
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			if err := os.WriteFile(path, []byte(f.GetContent()), 0o644); err != nil {
-				return err
-			}
-			fmt.Println("wrote", f.GetName())
+			continue
 		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(f.GetContent()), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", f.GetName())
 	}
 	if len(stale) > 0 {
-		return fmt.Errorf("generated code differs from proto/ (run: go -C clients/go/internal/generate run .): %s",
+		return fmt.Errorf("generated code differs from proto/ or clients/vectors/ (run: go -C clients/go/internal/generate run .): %s",
 			strings.Join(stale, ", "))
 	}
 	return nil
