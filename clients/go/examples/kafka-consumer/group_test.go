@@ -125,12 +125,12 @@ func TestConsumersKilledInAGroupGiveAnExactLedger(t *testing.T) {
 	chaos := time.Now()
 	waitFor(t, 180*time.Second, "every unique submission in the ledger",
 		func() bool { return ledgerCount(t, sc) >= len(subs) }, all...)
-	dead := readAll(t, dlt, 6)
 	for _, p := range slots {
 		if code := p.terminate(t); code != 0 {
 			t.Fatalf("%s exited %d on SIGTERM\n%s", p.name, code, p.logTail())
 		}
 	}
+	dead := readAll(t, dlt, 6) // after the stop: nothing more can arrive
 	checkLedger(t, sc, subs, aborted)
 	checkDeadLetters(t, dead, msgs)
 	outcomes := checkLines(t, all, msgs, subs)
