@@ -232,3 +232,49 @@ function checkLines(procs: Proc[], msgs: Msg[], subs: Submission[]): Record<stri
   assert.deepEqual(subs.filter((s) => !decidedKeys.has(keyOf(s))).length, 0, "every submission decided");
   return outcomes;
 }
+
+test("the consumer waits out a sidecar outage: retryable errors, nothing dead-lettered, every message decided once", async () => {
+  const unique = randomBytes(5).toString("hex");
+  const [topic, dlt, group] = [`oncegate-tstest.${unique}`, `oncegate-tstest.${unique}.dead`, `tstest-${unique}`];
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: 2 }, { topic: dlt, numPartitions: 1 }], waitForLeaders: true });
+  const batch = (prefix: string) => Array.from({ length: 40 }, (_, i) => {
+    const s = { ...randomSubmission(`AWD-${unique}-${i % 3}`), payload: Buffer.from(`${prefix}-${i}-${randomBytes(8).toString("hex")}`) };
+    return { id: `${prefix}${i}`, key: s.awardId, value: bodyOf(s), sub: s };
+  });
+  const [first, second] = [batch("f"), batch("s")];
+  let sc = await startSidecar();
+  const dir = sc.dir;
+  const consumer = new Proc(`tc-${unique}`, ["--bootstrap-servers", BOOTSTRAP, "--topic", topic, "--group", group,
+    "--dead-letter-topic", dlt, "--target", sc.target, "--timeout-ms", "2000"]);
+  try {
+    const ledgerCount = () => Number(sqlite(sc, "select count(*) from disbursements"));
+    await produce(topic, first, true);
+    await waitFor("the first 40 in the ledger", () => ledgerCount() >= 40, 60_000, [consumer]);
+    assert.equal(await sc.stop(), 0);
+    await produce(topic, second, true);
+    const errors = () => consumer.lines.filter((l) => l.outcome === "ERROR");
+    await waitFor("the consumer to meet the outage three times", () => errors().length >= 3, 60_000, [consumer]);
+    assert.equal(ledgerCount(), 40, "the ledger changed while the sidecar was down");
+    sc = await startSidecarOn(sc, dir);
+    await waitFor("the second 40 after the outage", () => ledgerCount() >= 80, 90_000, [consumer]);
+    assert.equal(await consumer.terminate(), 0, consumer.logTail());
+    await checkLedger(sc, [...first, ...second].map((m) => m.sub), [], ledgerCount());
+    assert.ok(errors().every((l) => l.retryable === true), "only retryable errors during an outage");
+    assert.ok(!consumer.lines.some((l) => l.outcome === "DEAD_LETTER"), "an outage must not dead-letter");
+    const claimed = consumer.lines.filter((l) => l.outcome === "CLAIMED").map((l) => l.key).sort();
+    assert.deepEqual(claimed, [...first, ...second].map((m) => keyOf(m.sub)).sort(), "every message CLAIMED once");
+    console.log(`kafka ts outage: ${errors().length} retryable errors while the sidecar was down, 80 decided once, nothing dead-lettered`);
+  } finally {
+    await consumer.kill();
+    await sc.stop();
+    await admin.deleteTopics({ topics: [topic, dlt] }).catch(() => undefined);
+    await admin.disconnect();
+  }
+});
+
+/** The same sidecar started again in place: its directory and port. */
+function startSidecarOn(old: Sidecar, dir: string): Promise<Sidecar> {
+  return startSidecar({}, dir, Number(old.target.split(":")[1]));
+}

@@ -72,9 +72,11 @@ export class Sidecar {
   }
 }
 
-/** Starts a sidecar with the given extra environment and waits for SERVING. */
-export async function startSidecar(env: Record<string, string> = {}, dir = tempDir()): Promise<Sidecar> {
-  const [port, metricsPort] = [await freePort(), await freePort()];
+/** Starts a sidecar with the given extra environment and waits for SERVING
+ * (in `dir` on `port` to start one again in place). */
+export async function startSidecar(env: Record<string, string> = {}, dir = tempDir(), port?: number): Promise<Sidecar> {
+  port ??= await freePort();
+  const metricsPort = await freePort();
   const target = `127.0.0.1:${port}`;
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !k.startsWith("ONCEGATE_") && k !== "DATABASE_URL" && k !== "REDIS_URL"),
