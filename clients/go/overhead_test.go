@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	oncegate "github.com/oncegate/oncegate/clients/go"
-	pb "github.com/oncegate/oncegate/clients/go/oncegatev1"
 	"github.com/oncegate/oncegate/clients/go/internal/testsidecar"
+	pb "github.com/oncegate/oncegate/clients/go/oncegatev1"
 )
 
 // What the client layer costs per Submit over the bare generated stub, on

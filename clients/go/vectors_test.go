@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	oncegate "github.com/oncegate/oncegate/clients/go"
-	pb "github.com/oncegate/oncegate/clients/go/oncegatev1"
 	"github.com/oncegate/oncegate/clients/go/internal/testsidecar"
+	pb "github.com/oncegate/oncegate/clients/go/oncegatev1"
 )
 
 type rejection struct {
@@ -208,5 +208,3 @@ func keyVectorsFull(t *testing.T) []oncegate.Submission {
 	}
 	return out
 }
-
-

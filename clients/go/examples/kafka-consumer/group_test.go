@@ -271,4 +271,3 @@ func checkLines(t *testing.T, procs []*proc, msgs []message, subs []oncegate.Sub
 	}
 	return outcomes
 }
-
