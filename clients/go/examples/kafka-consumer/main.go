@@ -1,27 +1,29 @@
 // Command kafka-consumer is a Kafka consumer with exactly-once effect through
 // the oncegate sidecar (franz-go). The loop (DESIGN §1):
 //
-//		poll -> Submit -> commit the offset only after CLAIMED or DUPLICATE
+//	poll -> Submit -> commit the offset only after CLAIMED or DUPLICATE
 //
-//	  - One consumer group, read_committed (only committed transactions are
-//	    read, so the oncegate relay's Kafka transactions come through exactly
-//	    once), no auto-commit.
-//	  - Each polled batch is one Kafka transaction (franz-go's
-//	    GroupTransactSession): the batch's offsets and its dead letters commit
-//	    together, after every message of the batch was decided. Killed before
-//	    the commit, the batch is read again (here or by the partition's next
-//	    owner) and the sidecar answers DUPLICATE.
-//	  - A message error (malformed body, InvalidSubmission, KeyReused): retrying
-//	    can never succeed. The message goes to the dead-letter topic (its key,
-//	    value and headers plus oncegate_error, oncegate_error_message,
-//	    oncegate_source) in the batch's transaction, so a read_committed reader
-//	    of the dead-letter topic sees each poison message once.
-//	  - A retryable error (sidecar or its store down, overloaded, deadline):
-//	    the transaction is aborted (nothing committed, no dead letter), the
-//	    group's positions go back to the last commit, and the consumer backs
-//	    off before polling again.
-//	  - SIGTERM/SIGINT: finish the batch in hand, commit it, leave the group,
-//	    exit 0.
+// How it keeps to it:
+//
+//   - One consumer group, read_committed (only committed transactions are
+//     read, so the oncegate relay's Kafka transactions come through exactly
+//     once), no auto-commit.
+//   - Each polled batch is one Kafka transaction (franz-go's
+//     GroupTransactSession): the batch's offsets and its dead letters commit
+//     together, after every message of the batch was decided. Killed before
+//     the commit, the batch is read again (here or by the partition's next
+//     owner) and the sidecar answers DUPLICATE.
+//   - A message error (malformed body, InvalidSubmission, KeyReused): retrying
+//     can never succeed. The message goes to the dead-letter topic (its key,
+//     value and headers plus oncegate_error, oncegate_error_message,
+//     oncegate_source) in the batch's transaction, so a read_committed reader
+//     of the dead-letter topic sees each poison message once.
+//   - A retryable error (sidecar or its store down, overloaded, deadline):
+//     the transaction is aborted (nothing committed, no dead letter), the
+//     group's positions go back to the last commit, and the consumer backs
+//     off before polling again.
+//   - SIGTERM/SIGINT: finish the batch in hand, commit it, leave the group,
+//     exit 0.
 //
 // Messages: a JSON object {award_id, submission_timestamp, amount_cents,
 // payload (base64), idempotency_key (optional)}, the body of the Python
