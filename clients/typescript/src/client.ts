@@ -11,7 +11,7 @@ import { Outcome as OutcomePb, Tier as TierPb } from "./gen/oncegate/v1/gate_pb.
 import { effectError, errorForStatus, fromServiceError, GateError, InvalidSubmission, TooLarge } from "./errors.js";
 import { payloadBytes, type Payload } from "./key.js";
 import { stubClass, type MethodsOf, type StubMethods } from "./stub.js";
-import type { Submission } from "./validate.js";
+import { amountOf, type Submission } from "./validate.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 /** Milliseconds: the deadline of a call given none. An expired call is
@@ -207,11 +207,15 @@ function submissionPb(s: Submission) {
       throw new InvalidSubmission(grpc.status.INVALID_ARGUMENT, `${field} is not valid Unicode (a lone surrogate)`);
     }
   }
+  const amount = amountOf(s.amountCents);
+  if (amount === undefined) {
+    throw new InvalidSubmission(grpc.status.INVALID_ARGUMENT, `amount_cents must be an int64, got ${String(s.amountCents)}`);
+  }
   return create(SubmissionSchema, {
     awardId: s.awardId,
     submissionTimestamp: s.submissionTimestamp,
     payload: payloadBytes(s.payload),
-    amountCents: BigInt(s.amountCents),
+    amountCents: amount,
     idempotencyKey: s.idempotencyKey,
   });
 }

@@ -28,6 +28,14 @@ export interface Submission {
 const invalid = (msg: string) => new InvalidSubmission(Status.INVALID_ARGUMENT, msg);
 const hex4 = (cp: number) => cp.toString(16).toUpperCase().padStart(4, "0");
 
+/** The amount as an int64, or undefined when it is not one (1.5, NaN, 2^63):
+ * the message's fault, never sent. */
+export function amountOf(a: number | bigint): bigint | undefined {
+  if (typeof a === "number" && !Number.isSafeInteger(a)) return undefined;
+  const n = BigInt(a);
+  return n >= -(2n ** 63n) && n < 2n ** 63n ? n : undefined;
+}
+
 /** Why an award id may not hold the code point ("control character", ...),
  * or undefined when it may. */
 export function refusedAwardIdChar(cp: number): string | undefined {
@@ -52,7 +60,9 @@ export function validate(s: Submission, maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BY
   if (award) return invalid(award);
   const ts = timestampProblem(s.submissionTimestamp);
   if (ts) return invalid(ts);
-  if (BigInt(s.amountCents) <= 0n) return invalid(`amount_cents must be greater than 0, got ${s.amountCents}`);
+  const amount = amountOf(s.amountCents);
+  if (amount === undefined) return invalid(`amount_cents must be an int64, got ${String(s.amountCents)}`);
+  if (amount <= 0n) return invalid(`amount_cents must be greater than 0, got ${amount}`);
   const size = payloadBytes(s.payload).length;
   if (size > maxPayloadBytes) {
     return new ResourceExhausted(Status.RESOURCE_EXHAUSTED, `payload is ${size} bytes, the limit is ${maxPayloadBytes} bytes`);

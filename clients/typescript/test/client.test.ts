@@ -62,6 +62,7 @@ test("every outcome against the real sidecar, as the errors a TypeScript consume
     await rejects(gate.submit(sub("AWD-1", "yesterday", "p", 1)), InvalidSubmission, "submission_timestamp", "bad timestamp");
     const surrogate = await rejects(gate.submit(sub("AWD-\uD800", TS, "p", 1)), InvalidSubmission, "lone surrogate", "lone surrogate (never sent)");
     assert.equal(actionFor(surrogate), "dead-letter");
+    await rejects(gate.submit(sub("AWD-1", TS, "p", 1.5)), InvalidSubmission, "amount_cents must be an int64", "a fractional amount (never sent)");
     await gate.submit(sub("AWD-2", TS, "one", 100, "intent-1"));
     await rejects(gate.submit(sub("AWD-2", TS, "one", 200, "intent-1")), KeyReused, "idempotency key reused", "key reuse");
     await rejects(gate.submit(sub("AWD-3", TS, new Uint8Array(1001), 1)), ResourceExhausted, "payload is 1001 bytes", "payload limit");
