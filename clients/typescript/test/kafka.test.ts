@@ -1,7 +1,7 @@
 // The Kafka example in a group of two against the suite's Kafka and a real
-// sidecar: each member SIGKILLed once while it holds decided, uncommitted
-// messages (two kills in all), restarted under its name; then an exact
-// ledger and exactly the poison in the dead-letter topic.
+// sidecar: twice, a member holding decided, uncommitted messages is
+// SIGKILLed (each in turn when both hold some) and restarted under its name;
+// then an exact ledger and exactly the poison in the dead-letter topic.
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes, randomInt } from "node:crypto";
@@ -154,13 +154,19 @@ test("consumers SIGKILLed in a group of two give an exact ledger and exactly the
     const decided = () => procs.reduce((n, p) => n + decisions(p.lines), 0);
     const kills: string[] = [];
     for (const round of [0, 1]) {
-      const victim = slots[round]!;
+      // The victim: a member holding uncommitted decisions, this round's slot
+      // when it does (a member whose partitions are all decided holds none).
       const target = decided() + 120;
-      await waitFor(`${target} decisions, then ${victim.name} holding uncommitted decisions`,
-        () => decided() >= target && holdsUncommitted(victim.lines), 120_000, procs);
-      await victim.kill();
-      kills.push(`${victim.name} after ${decisions(victim.lines)} decisions`);
-      slots[round] = start(victim.name); // same name: fences its dead-letter transaction
+      let victim = -1;
+      await waitFor(`${target} decisions, then a member holding uncommitted decisions`, () => {
+        if (decided() < target) return false;
+        victim = [round, 1 - round].find((i) => holdsUncommitted(slots[i]!.lines)) ?? -1;
+        return victim >= 0;
+      }, 120_000, procs);
+      const p = slots[victim]!;
+      await p.kill();
+      kills.push(`${p.name} after ${decisions(p.lines)} decisions`);
+      slots[victim] = start(p.name); // same name: fences its dead-letter transaction
     }
     const chaos = Date.now();
     const ledgerCount = () => Number(sqlite(sc, "select count(*) from disbursements"));

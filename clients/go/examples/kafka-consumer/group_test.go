@@ -77,10 +77,10 @@ func buildExample(t *testing.T) string {
 	return bin
 }
 
-// Two members of one group on three partitions, each SIGKILLed once while it
-// holds a decided but uncommitted batch (two kills in all), restarted under
-// its name; then an exact ledger and exactly the poison in the dead-letter
-// topic.
+// Two members of one group on three partitions; twice, a member holding a
+// decided but uncommitted batch is SIGKILLed (each in turn when both hold
+// one) and restarted under its name; then an exact ledger and exactly the
+// poison in the dead-letter topic.
 func TestConsumersKilledInAGroupGiveAnExactLedger(t *testing.T) {
 	started := time.Now()
 	seed := rand.Uint64()
@@ -113,14 +113,27 @@ func TestConsumersKilledInAGroupGiveAnExactLedger(t *testing.T) {
 	}
 	var kills []string
 	for round := range 2 {
-		victim := slots[round]
-		target := decided() + 120
-		waitFor(t, 90*time.Second, fmt.Sprintf("%d decisions, then %s holding an uncommitted batch", target, victim.name),
-			func() bool { return decided() >= target && holdsUncommitted(victim.snapshot()) }, all...)
-		victim.kill()
-		kills = append(kills, fmt.Sprintf("%s after %d decisions", victim.name, decisions(victim.snapshot())))
-		slots[round] = startConsumer(t, bin, victim.name, args) // same name: fences its transaction
-		all = append(all, slots[round])
+		// The victim: a member holding an uncommitted batch, this round's
+		// slot when it does (a member whose partitions are all decided holds
+		// none, and may never again).
+		target, victim := decided()+120, -1
+		waitFor(t, 90*time.Second, fmt.Sprintf("%d decisions, then a member holding an uncommitted batch", target), func() bool {
+			if decided() < target {
+				return false
+			}
+			for _, i := range []int{round, 1 - round} {
+				if holdsUncommitted(slots[i].snapshot()) {
+					victim = i
+					return true
+				}
+			}
+			return false
+		}, all...)
+		p := slots[victim]
+		p.kill()
+		kills = append(kills, fmt.Sprintf("%s after %d decisions", p.name, decisions(p.snapshot())))
+		slots[victim] = startConsumer(t, bin, p.name, args) // same name: fences its transaction
+		all = append(all, slots[victim])
 	}
 	chaos := time.Now()
 	waitFor(t, 180*time.Second, "every unique submission in the ledger",
