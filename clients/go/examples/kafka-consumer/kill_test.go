@@ -142,6 +142,7 @@ func startConsumer(t *testing.T, bin, name string, args []string) *proc {
 		t.Fatal(err)
 	}
 	p.cmd.Stderr = logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

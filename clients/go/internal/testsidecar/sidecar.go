@@ -92,6 +92,8 @@ func StartOn(t testing.TB, dir string, port, metricsPort int, env ...string) *Si
 		"ONCEGATE_INSTANCE_ID=gotest-"+filepath.Base(dir), "RUST_LOG=info")
 	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
+	// A test binary that dies (a timeout, a kill) takes its sidecar along.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
