@@ -111,8 +111,8 @@ class KafkaGateConsumer {
 
   /** The batch's messages in order; stops at a retryable error (the
    * partition is sought back and paused) or when stopping. */
-  async batch(partition: number, messages: KafkaMessage[], isRunning: () => boolean, isStale: () => boolean,
-    pause: () => () => void, heartbeat: () => Promise<void>): Promise<void> {
+  async batch(partition: number, messages: KafkaMessage[], resolveOffset: (offset: string) => void,
+    isRunning: () => boolean, isStale: () => boolean, pause: () => () => void, heartbeat: () => Promise<void>): Promise<void> {
     this.inBatch = true;
     try {
       for (const m of messages) {
@@ -127,6 +127,9 @@ class KafkaGateConsumer {
           break;
         }
         this.failures.delete(partition);
+        // Where kafkajs fetches next (not a commit): without it the next
+        // fetch starts again from the last commit.
+        resolveOffset(m.offset);
         try {
           await heartbeat();
         } catch (err) {
@@ -254,8 +257,8 @@ async function main(): Promise<number> {
   });
   await consumer.run({
     autoCommit: false, eachBatchAutoResolve: false, partitionsConsumedConcurrently: 1,
-    eachBatch: ({ batch, isRunning, isStale, pause, heartbeat }) =>
-      worker.batch(batch.partition, batch.messages, isRunning, isStale, pause, heartbeat),
+    eachBatch: ({ batch, resolveOffset, isRunning, isStale, pause, heartbeat }) =>
+      worker.batch(batch.partition, batch.messages, resolveOffset, isRunning, isStale, pause, heartbeat),
   });
   log("info", "consuming", { topic, group });
   await stopped;

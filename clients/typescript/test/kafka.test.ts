@@ -177,8 +177,8 @@ test("consumers SIGKILLed in a group of two give an exact ledger and exactly the
     await checkLedger(sc, subs, aborted, ledgerCount());
     const poison = new Map(msgs.filter((m) => m.kind === "poison").map((m) => [m.id, m.code]));
     const got = dead.map((m) => [m.headers!.message_id!.toString(), m.headers!.oncegate_error!.toString()] as const);
+    assert.equal(got.length, poison.size, `each poison message once: ${JSON.stringify(got)}`);
     assert.deepEqual(new Map(got), poison, "the dead-letter topic holds exactly the poison, with its codes");
-    assert.equal(got.length, poison.size, "each poison message once");
     const outcomes = checkLines(procs, msgs, subs);
     console.log(`kafka ts: ${msgs.length} messages (${subs.length} unique, 100 producer duplicates, 6 poison) + 20 aborted; `
       + `SIGKILLs: ${kills.join(", ")}; ledger ${ledgerCount()} rows exact; dead-letter topic ${dead.length}; `
