@@ -75,6 +75,10 @@ fn describe() {
         "oncegate_request_duration_seconds",
         "gRPC request latency by method and result"
     );
+    describe_gauge!(
+        "oncegate_requests_in_flight",
+        "Gate and Effects requests admitted and not yet answered (batch items count each; ONCEGATE_MAX_IN_FLIGHT bounds it)"
+    );
     describe_counter!(
         "oncegate_tier_lookups_total",
         "Tier lookups by tier and result (hit, miss, error, skipped; suspended: no cache asked while the primary is unconfirmed)"

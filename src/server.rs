@@ -9,7 +9,7 @@ use crate::gate::{Decided, Gate, Tier};
 use crate::pb;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -31,22 +31,34 @@ impl GateService {
         }
     }
 
-    fn admit(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
+    fn admit(&self, n: usize) -> Result<Admitted, GateError> {
         admit(&self.in_flight, n, self.max_in_flight)
     }
 }
 
-/// `n` permits of the in-flight limit, or `RESOURCE_EXHAUSTED`.
-fn admit(
-    in_flight: &Arc<Semaphore>,
+/// `n` admitted requests (batch items count each), held until they are
+/// answered: counted in `oncegate_requests_in_flight`, the gauge of what
+/// `ONCEGATE_MAX_IN_FLIGHT` bounds and a SIGTERM drain waits for.
+struct Admitted {
+    _permit: OwnedSemaphorePermit,
     n: usize,
-    max_in_flight: usize,
-) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
-    in_flight.clone().try_acquire_many_owned(n as u32).map_err(|_| {
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        metrics::gauge!("oncegate_requests_in_flight").decrement(self.n as f64);
+    }
+}
+
+/// `n` permits of the in-flight limit, or `RESOURCE_EXHAUSTED`.
+fn admit(in_flight: &Arc<Semaphore>, n: usize, max_in_flight: usize) -> Result<Admitted, GateError> {
+    let permit = in_flight.clone().try_acquire_many_owned(n as u32).map_err(|_| {
         GateError::Overloaded(format!(
             "more than {max_in_flight} requests in flight; retry with backoff"
         ))
-    })
+    })?;
+    metrics::gauge!("oncegate_requests_in_flight").increment(n as f64);
+    Ok(Admitted { _permit: permit, n })
 }
 
 /// Runs `work` to completion even if the caller gives up (a caller that goes

@@ -27,7 +27,7 @@ impl EffectsService {
         }
     }
 
-    fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, GateError> {
+    fn admit(&self) -> Result<super::Admitted, GateError> {
         admit(&self.in_flight, 1, self.max_in_flight)
     }
 }
