@@ -19,17 +19,24 @@ optional idempotency_key. Each handled entry is printed to stdout as one JSON
 line; logs go to stderr.
 
     python redis_stream_consumer.py --stream grants --group disbursers --consumer pod-a
+
+With --workers N, N consumers named <consumer>-1 … <consumer>-N run in
+threads of one process, sharing the sidecar channel and the Redis pool: the
+sidecar coalesces their concurrent claims into one transaction (group
+commit). On SIGTERM each finishes the entry it is on, acks it, and stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -276,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="dead-letter an entry redelivered more often than this (0: never)")
     p.add_argument("--max-rate", type=float, default=0.0, help="entries per second (0: unlimited)")
     p.add_argument("--timeout", type=float, default=10.0, help="deadline per Submit, seconds")
+    p.add_argument("--workers", type=int, default=1,
+                   help="consumers in this process, named <consumer>-1 … (1: just <consumer>)")
     p.add_argument("--exit-when-drained", action="store_true",
                    help="exit once there is nothing new and nothing pending in the group")
     p.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: run forever)")
@@ -290,16 +299,45 @@ def main(argv: list[str] | None = None) -> int:
         claim_interval_s=args.claim_interval, max_deliveries=args.max_deliveries,
         max_rate=args.max_rate,
     )
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
     with Gate(args.target, timeout=args.timeout) as gate, redis.Redis.from_url(args.redis_url) as r:
-        consumer = StreamConsumer(r, gate, settings)
+        names = [settings.consumer] if args.workers == 1 else [
+            f"{settings.consumer}-{i}" for i in range(1, args.workers + 1)]
+        consumers = [StreamConsumer(r, gate, dataclasses.replace(settings, consumer=n)) for n in names]
 
         def stop(signum, _frame):
             log.info("signal %d: finishing the current entry, then stopping", signum)
-            consumer.stopping = True
+            for consumer in consumers:
+                consumer.stopping = True
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        return consumer.run(exit_when_drained=args.exit_when_drained, max_seconds=args.max_seconds)
+        if len(consumers) == 1:
+            return consumers[0].run(exit_when_drained=args.exit_when_drained, max_seconds=args.max_seconds)
+        return run_threads(consumers, args.exit_when_drained, args.max_seconds)
+
+
+def run_threads(consumers: list[StreamConsumer], exit_when_drained: bool, max_seconds: float) -> int:
+    """Runs each consumer in its own thread; the main thread stays free for signals."""
+    failed: list[BaseException] = []
+
+    def run(consumer: StreamConsumer) -> None:
+        try:
+            consumer.run(exit_when_drained=exit_when_drained, max_seconds=max_seconds)
+        except BaseException as exc:  # noqa: BLE001 - reported below, and the others stop
+            log.exception("consumer %s failed", consumer.s.consumer)
+            failed.append(exc)
+            for other in consumers:
+                other.stopping = True
+
+    threads = [threading.Thread(target=run, args=(c,), name=c.s.consumer) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
