@@ -47,6 +47,7 @@ from oncegate import Gate, GateError, Submission
 log = logging.getLogger("oncegate.consumer")
 
 Entry = tuple[bytes, dict[bytes, bytes] | None]
+EMIT_LOCK = threading.Lock()
 
 
 class MalformedEntry(ValueError):
@@ -221,7 +222,9 @@ class StreamConsumer:
         self.emit(entry_id, outcome="DEAD_LETTER", code=code, message=message)
 
     def emit(self, entry_id: bytes, **fields) -> None:
-        print(json.dumps({"consumer": self.s.consumer, "entry_id": entry_id.decode(), **fields}), flush=True)
+        line = json.dumps({"consumer": self.s.consumer, "entry_id": entry_id.decode(), **fields})
+        with EMIT_LOCK:  # whole lines, also from several --workers
+            print(line, flush=True)
 
     # -- loop ---------------------------------------------------------------
 
