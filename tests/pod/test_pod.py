@@ -431,7 +431,7 @@ def test_probes_pass(run):
                         period=0.05)
     since_play = time.monotonic() - run.started
     started = run.podman.inspect(run.sidecar, '{{.State.StartedAt.Format "2006-01-02T15:04:05.000000Z07:00"}}')
-    log(f"startup probe SERVING {since_play:.2f} s after kube play returned (probed for {took:.2f} s; "
+    log(f"startup probe SERVING {since_play:.2f} s after podman kube play began (probed for {took:.2f} s; "
         f"the container started at {started})")
     for name in ("readinessProbe", "livenessProbe"):
         p = c[name]
