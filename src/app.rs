@@ -43,12 +43,13 @@ pub struct AppConfig {
     pub migrate_on_start: bool,
     /// Refuse to start when the database role is privileged.
     pub require_least_privilege: bool,
-    /// Refuse to start unless commits wait for a synchronous standby.
+    /// Accept claims only while commits wait for a synchronous standby
+    /// (also in `store`, which checks every claim transaction).
     pub require_sync_replica: bool,
     /// How long start-up waits for the store to become reachable.
     pub startup_timeout: Duration,
-    /// How often the primary's identity is probed (DESIGN §7).
-    pub primary_probe_interval: Duration,
+    /// The primary's identity probe (DESIGN §7).
+    pub primary_probe: ProbeSettings,
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
     pub metrics_listen: SocketAddr,
@@ -72,6 +73,24 @@ pub struct AppConfig {
     pub limits: Limits,
     pub server: ServerLimits,
     pub effects: EffectsSettings,
+}
+
+/// How the primary's identity (and, when required, its synchronous
+/// standbys) is probed: every `interval`, failed when unanswered after
+/// `timeout`.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSettings {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl ProbeSettings {
+    /// The longest L1/L2 answer for a primary that vanished without a
+    /// reset: a confirmation lets caches answer this long after its read
+    /// was sent ([`crate::primary`], the cache window).
+    pub fn cache_window(&self) -> Duration {
+        self.interval + self.timeout
+    }
 }
 
 /// PEM files for TLS on the gRPC listener; a client CA makes it mTLS.
@@ -162,45 +181,56 @@ async fn check_privileges(store: &dyn Store, require: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Says at start whether an acknowledged commit is on a synchronous standby
-/// (log line and `oncegate_db_sync_replica`); with `require`, a primary that
-/// acknowledges before a standby has the commit is a configuration error
-/// (exit 64): a failover to its standby would lose claims already answered.
+/// Reads the primary's synchronous replication at start (log line and
+/// `oncegate_db_sync_replica`). With `require`, the reading sets the guard:
+/// short of a synchronous standby, `serve` starts with claims refused and
+/// the Gate NOT_SERVING, and resumes by itself when the standby is there
+/// (`crate::primary::guard`); only a database without the guard's function
+/// (migration 0014 not applied) is a configuration error (exit 64).
 async fn check_replication(store: &dyn Store, require: bool) -> anyhow::Result<()> {
-    let Some(r) = store
-        .replication()
-        .await
-        .context("reading the database's replication settings")?
-    else {
-        return Ok(());
+    let r = match store.replication().await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(()),
+        Err(e) if require => {
+            return Err(ConfigError(format!(
+                "ONCEGATE_REQUIRE_SYNC_REPLICA is set but the primary's synchronous standbys cannot be \
+                 read ({e}); apply the migrations (oncegate migrate: oncegate_sync_standbys())"
+            ))
+            .into());
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the primary's replication settings");
+            return Ok(());
+        }
     };
-    let sync = r.is_synchronous();
-    metrics::gauge!("oncegate_db_sync_replica").set(if sync { 1.0 } else { 0.0 });
-    let connected = r
-        .sync_standbys
+    let streaming = r
+        .streaming
         .map_or_else(|| "unknown".to_string(), |n| n.to_string());
-    if sync {
+    let commit = r.commit.as_ref().map_or("unknown", |c| c.value.as_str());
+    let Some(short) = r.shortfall() else {
+        metrics::gauge!("oncegate_db_sync_replica").set(1.0);
+        store.primary().guard().observe(&r);
         tracing::info!(
             synchronous_standby_names = %r.standby_names,
-            synchronous_commit = %r.synchronous_commit,
-            sync_standbys_connected = %connected,
+            synchronous_commit = commit,
+            sync_standbys_streaming = %streaming,
             "commits wait for a synchronous standby"
         );
         return Ok(());
-    }
+    };
+    metrics::gauge!("oncegate_db_sync_replica").set(0.0);
     if require {
-        return Err(ConfigError(format!(
-            "ONCEGATE_REQUIRE_SYNC_REPLICA is set but the database acknowledges commits without a \
-             synchronous standby (synchronous_standby_names = {:?}, synchronous_commit = {:?}); \
-             a failover would lose claims already answered: name a standby in \
-             synchronous_standby_names and keep synchronous_commit on (or remote_apply)",
-            r.standby_names, r.synchronous_commit
-        ))
-        .into());
+        store.primary().guard().observe(&r);
+        tracing::warn!(
+            why = %short,
+            "ONCEGATE_REQUIRE_SYNC_REPLICA: starting with claims refused until a synchronous standby confirms commits"
+        );
+        return Ok(());
     }
     tracing::warn!(
         synchronous_standby_names = %r.standby_names,
-        synchronous_commit = %r.synchronous_commit,
+        synchronous_commit = commit,
+        why = %short,
         "commits are not waiting for a synchronous standby: a failover can lose acknowledged claims"
     );
     Ok(())
@@ -344,8 +374,10 @@ impl App {
     pub async fn run_until_shutdown(self, signal: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let shutdown = Shutdown::new();
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        set_serving(&health_reporter, true).await;
+        let health = Arc::new(Health::new(health_reporter));
+        health.set("", true).await;
         let mut tasks = Tasks::new();
+        spawn_gate_health(&mut tasks, &shutdown, health.clone(), &*self.store);
         spawn_background(
             &mut tasks,
             &shutdown,
@@ -381,7 +413,7 @@ impl App {
             exit = tasks.next_exit() => Some(unexpected_exit(exit)),
         };
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
-        set_serving(&health_reporter, false).await;
+        health.drain().await;
         // Begins waiting on another holder's lease would hold the drain up to
         // the grace; they end now (UNAVAILABLE: retry elsewhere).
         effects.stop_waiting();
@@ -463,9 +495,9 @@ fn spawn_background(
     }
     if store.backend() == crate::store::Backend::Postgres {
         let (stop, probe_store) = (shutdown.stop_at(Phase::StopBackground), store.clone());
-        let interval = config.primary_probe_interval;
+        let probe = config.primary_probe;
         tasks.spawn("primary probe", async move {
-            probe_primary(&*probe_store, interval, stop).await;
+            probe_primary(&*probe_store, probe, stop).await;
             Ok(())
         });
     }
@@ -614,35 +646,105 @@ fn size_limit_is_resource_exhausted(
     response
 }
 
-async fn set_serving(reporter: &HealthReporter, serving: bool) {
-    type GateSvc = pb::gate_server::GateServer<GateService>;
-    type EffectsSvc = pb::effects_server::EffectsServer<EffectsService>;
-    if serving {
-        reporter.set_serving::<GateSvc>().await;
-        reporter.set_serving::<EffectsSvc>().await;
-        reporter
-            .set_service_status("", tonic_health::ServingStatus::Serving)
-            .await;
-    } else {
-        reporter.set_not_serving::<GateSvc>().await;
-        reporter.set_not_serving::<EffectsSvc>().await;
-        reporter
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
+/// The gRPC health statuses: "" (the process) serving until the drain;
+/// the Gate and Effects services serving while the synchronous-standby
+/// guard accepts claims (always, when it is not required), so a readiness
+/// probe on `oncegate.v1.Gate` takes a pod without a standby out of its
+/// Service while its liveness (on "") stays up.
+struct Health {
+    reporter: HealthReporter,
+    /// Set by the drain: nothing is reported serving after it.
+    draining: tokio::sync::Mutex<bool>,
+}
+
+impl Health {
+    fn new(reporter: HealthReporter) -> Self {
+        Self {
+            reporter,
+            draining: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// Sets `service` ("" or "gate", which covers Gate and Effects) unless
+    /// the drain has begun.
+    async fn set(&self, service: &str, serving: bool) {
+        let draining = self.draining.lock().await;
+        if !*draining {
+            self.report(service, serving).await;
+        }
+    }
+
+    async fn report(&self, service: &str, serving: bool) {
+        type GateSvc = pb::gate_server::GateServer<GateService>;
+        type EffectsSvc = pb::effects_server::EffectsServer<EffectsService>;
+        let r = &self.reporter;
+        match (service, serving) {
+            ("", true) => {
+                r.set_service_status("", tonic_health::ServingStatus::Serving)
+                    .await
+            }
+            ("", false) => {
+                r.set_service_status("", tonic_health::ServingStatus::NotServing)
+                    .await
+            }
+            (_, true) => {
+                r.set_serving::<GateSvc>().await;
+                r.set_serving::<EffectsSvc>().await;
+            }
+            (_, false) => {
+                r.set_not_serving::<GateSvc>().await;
+                r.set_not_serving::<EffectsSvc>().await;
+            }
+        }
+    }
+
+    /// Everything NOT_SERVING, for good.
+    async fn drain(&self) {
+        let mut draining = self.draining.lock().await;
+        *draining = true;
+        self.report("", false).await;
+        self.report("gate", false).await;
     }
 }
 
-/// Re-reads the primary's identity every `interval` on a connection of its
-/// own (timing each read), and at once when a store call lost its
-/// connection: a failure, or no answer within two intervals, suspends cache
-/// answers until a connection confirms the identity again (DESIGN §7).
-/// Postgres only: the embedded store has no server to fail over.
-async fn probe_primary(store: &dyn Store, interval: Duration, mut stop: Stop) {
+/// The Gate's (and Effects') health follows the synchronous-standby guard
+/// until the drain.
+fn spawn_gate_health(tasks: &mut Tasks, shutdown: &Shutdown, health: Arc<Health>, store: &dyn Store) {
+    // The watch is held here: an embedded store hands out a new one per call.
     let primary = store.primary();
-    let mut tick = tokio::time::interval(interval);
+    let mut serving = primary.guard().serving();
+    let mut stop = shutdown.stop_at(Phase::StopAccepting);
+    tasks.spawn("gate health", async move {
+        let _primary = primary;
+        loop {
+            let now = *serving.borrow_and_update();
+            health.set("gate", now).await;
+            tokio::select! {
+                _ = stop.requested() => return Ok(()),
+                changed = serving.changed() => if changed.is_err() {
+                    stop.requested().await;
+                    return Ok(());
+                },
+            }
+        }
+    });
+}
+
+/// Re-reads the primary's identity (and, when required, its synchronous
+/// standbys) every interval on a connection of its own, timing each read,
+/// and at once when a store call lost its connection: a failure, or no
+/// answer within the timeout, suspends cache answers until a connection
+/// confirms the identity again (DESIGN §7). Caches answer at most
+/// interval + timeout after the last confirmation was sent, whatever
+/// becomes of this task. Postgres only: the embedded store has no server to
+/// fail over.
+async fn probe_primary(store: &dyn Store, probe: ProbeSettings, mut stop: Stop) {
+    let primary = store.primary();
+    primary.set_confirmation_lease(probe.cache_window());
+    let mut tick = tokio::time::interval(probe.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Probes asked for by a lost connection come at most this often.
-    let gap = (interval / 10).max(Duration::from_millis(10));
+    let gap = (probe.interval / 10).max(Duration::from_millis(10));
     loop {
         tokio::select! {
             _ = stop.requested() => return,
@@ -650,9 +752,7 @@ async fn probe_primary(store: &dyn Store, interval: Duration, mut stop: Stop) {
             _ = async { tokio::time::sleep(gap).await; primary.probe_requested().await } => {}
         }
         let started = tokio::time::Instant::now();
-        // A probe unanswered for two intervals has failed; one merely slow
-        // on a busy machine has not.
-        match store.probe_primary(interval * 2).await {
+        match store.probe_primary(probe.timeout).await {
             Ok(()) => metrics::histogram!("oncegate_store_identity_probe_seconds")
                 .record(started.elapsed().as_secs_f64()),
             Err(e) => {

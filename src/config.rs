@@ -8,7 +8,7 @@
 //! Everything is checked before any port is bound: a [`ConfigError`] names
 //! the setting, and the process exits with code 64.
 
-use crate::app::{AppConfig, ServerLimits, TlsFiles};
+use crate::app::{AppConfig, ProbeSettings, ServerLimits, TlsFiles};
 use crate::audit::AuditSettings;
 use crate::cache::CacheSettings;
 use crate::effects::EffectsSettings;
@@ -106,6 +106,7 @@ impl StoreArgs {
             statement_timeout: self.db_statement_timeout,
             idle_in_transaction_timeout: self.db_idle_in_transaction_timeout,
             tcp_keepalive: self.db_tcp_keepalive,
+            require_sync_standby: false,
         })
     }
 }
@@ -144,20 +145,29 @@ pub struct ServeArgs {
     /// retention floor. The Helm chart sets it whenever Postgres is used.
     #[arg(long, env = "ONCEGATE_REQUIRE_LEAST_PRIVILEGE", default_value_t = false, action = clap::ArgAction::Set)]
     pub require_least_privilege: bool,
-    /// Refuse to start (exit 64) unless the Postgres primary acknowledges a
-    /// commit only once a synchronous standby has it
-    /// (`synchronous_standby_names` set, `synchronous_commit` on,
-    /// remote_write or remote_apply): otherwise a failover can lose claims
+    /// Postgres: accept claims (and effect leases and completions) only
+    /// while the primary acknowledges a commit once a synchronous standby
+    /// has it — `synchronous_standby_names` names one, enough of them
+    /// stream, and `synchronous_commit` is on, remote_write or remote_apply
+    /// for this role's sessions. Checked at start, on every identity probe
+    /// and in every claim transaction; short of it, claims answer
+    /// UNAVAILABLE naming what is missing and the Gate's health says
+    /// NOT_SERVING, until it is back. Otherwise a failover can lose claims
     /// whose consumers have already acked their broker.
     #[arg(long, env = "ONCEGATE_REQUIRE_SYNC_REPLICA", default_value_t = false, action = clap::ArgAction::Set)]
     pub require_sync_replica: bool,
     /// Postgres: how often a connection of its own re-reads the primary's
-    /// identity (system identifier, timeline). A probe that fails, or is
-    /// unanswered for two intervals, suspends L1/L2 answers until a connection confirms the
-    /// identity again; a new identity (a failover) empties L1 and moves L2
-    /// to a new epoch first.
-    #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    /// identity (system identifier, timeline) and, with
+    /// ONCEGATE_REQUIRE_SYNC_REPLICA, its synchronous standbys. A new
+    /// identity (a failover) empties L1 and moves L2 to a new epoch first.
+    #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub primary_probe_interval: Duration,
+    /// Postgres: how long a probe may go unanswered before cache answers
+    /// are suspended. L1/L2 answer only within interval + timeout of the
+    /// last confirmation, so a primary that vanishes without a reset is
+    /// answered for from caches at most that long.
+    #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub primary_probe_timeout: Duration,
     /// Written to audit rows (default: the host name).
     #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
@@ -747,7 +757,8 @@ impl ServeArgs {
     pub fn app_config(&self) -> Result<AppConfig, ConfigError> {
         self.check_limits()?;
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
-        let store = self.store.settings(u32::MAX)?;
+        let mut store = self.store.settings(u32::MAX)?;
+        store.require_sync_standby = self.require_sync_replica;
         self.check_least_privilege(&store)?;
         self.check_sync_replica(&store)?;
         let retention = self.retention.policy_for(&store.url)?;
@@ -760,7 +771,10 @@ impl ServeArgs {
             store,
             migrate_on_start: self.migrate_on_start,
             startup_timeout: self.startup_timeout,
-            primary_probe_interval: positive(self.primary_probe_interval, "ONCEGATE_PRIMARY_PROBE_INTERVAL")?,
+            primary_probe: ProbeSettings {
+                interval: positive(self.primary_probe_interval, "ONCEGATE_PRIMARY_PROBE_INTERVAL")?,
+                timeout: positive(self.primary_probe_timeout, "ONCEGATE_PRIMARY_PROBE_TIMEOUT")?,
+            },
             listen: self.listen,
             health_listen: self.health_listen,
             metrics_listen: self.metrics_listen,

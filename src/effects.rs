@@ -280,8 +280,22 @@ impl Effects {
         });
     }
 
+    /// Refused while no synchronous standby confirms commits (the guard,
+    /// [`crate::primary::guard`]): a lease taken or a record completed then
+    /// could be lost in a failover. Caches still answer completed records.
+    fn refused(&self, what: &'static str) -> Result<(), GateError> {
+        match self.primary.guard().refusal() {
+            Some(refused) => {
+                metrics::counter!("oncegate_sync_guard_refusals_total", "what" => what).increment(1);
+                Err(GateError::Unavailable(refused))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// One `Begin` transaction in the store.
     async fn begin_in_store(&self, req: &BeginRequest) -> Result<Held, GateError> {
+        self.refused("effect_begin")?;
         let begin = req.to_store(self.instance.clone());
         let epoch = self.epoch();
         // Its own task: a caller that goes away mid-transaction ends the
@@ -333,6 +347,7 @@ impl Effects {
     pub async fn complete(&self, raw: &pb::CompleteRequest) -> Result<Arc<CompletedEffect>, GateError> {
         request::check_size("response", &raw.response)?;
         let f = Fenced::validate(&raw.namespace, &raw.idempotency_key, &raw.lease_token)?;
+        self.refused("effect_complete")?;
         let epoch = self.epoch();
         let outcome = self
             .store

@@ -122,6 +122,12 @@ pub enum StoreError {
     /// (the lock is likely still held).
     #[error("store timed out: {0}")]
     Timeout(String),
+    /// `ONCEGATE_REQUIRE_SYNC_REPLICA`: no synchronous standby confirms
+    /// commits. Found before the commit, the transaction was rolled back;
+    /// found after it, the commit is on the primary alone and was not
+    /// acknowledged (a redelivery resolves it). Never retried at once.
+    #[error("no synchronous standby: {0}")]
+    NoSyncStandby(crate::primary::guard::Shortfall),
     /// Anything else.
     #[error("store error: {0}")]
     Other(String),
@@ -178,6 +184,7 @@ impl From<StoreError> for GateError {
             StoreError::Timeout(_) => GateError::Unavailable(
                 "the store timed out waiting for a lock held by another transaction; retry".into(),
             ),
+            StoreError::NoSyncStandby(short) => GateError::Unavailable(short.refusal()),
             StoreError::TotalOverflow(award) => GateError::InvalidArgument(format!(
                 "amount_cents would overflow the running total of award {award:?}; nothing was written"
             )),

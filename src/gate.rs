@@ -19,6 +19,11 @@
 //! tagged with it; results are filled with the epoch read *before* the
 //! store was asked, so a result committed on an old primary is never
 //! tagged with a new one.
+//!
+//! While the synchronous-standby guard refuses claims (no standby confirms
+//! commits, [`crate::primary::guard`]) L1 and L2 still answer what they
+//! hold — only confirmed results are ever filled — and everything else gets
+//! `UNAVAILABLE` naming what is missing, without a transaction.
 
 use crate::audit::AuditQueue;
 use crate::cache::LocalCache;
@@ -226,6 +231,9 @@ impl Gate {
 
     /// L2 (unless suspended: `epoch` is `None`), then the store.
     async fn decide_below_l1(&self, s: &Submission, epoch: Option<Epoch>) -> Result<Answer, GateError> {
+        if let Some(refused) = self.primary.guard().refusal() {
+            return self.refused_unless_cached(s, epoch, refused).await;
+        }
         let lease = match (&self.l2, &epoch) {
             (Some(l2), Some(epoch)) => match leased(l2, &s.key, &epoch.tag).await {
                 Lease::Found(r) => {
@@ -273,6 +281,26 @@ impl Gate {
             result,
             tier: Tier::Database,
         }))
+    }
+
+    /// No synchronous standby confirms commits (the guard, DESIGN §7): no
+    /// claim transaction is begun, and only a result L2 already holds — a
+    /// claim committed and confirmed before — is answered.
+    async fn refused_unless_cached(
+        &self,
+        s: &Submission,
+        epoch: Option<Epoch>,
+        refused: String,
+    ) -> Result<Answer, GateError> {
+        if let (Some(l2), Some(epoch)) = (&self.l2, &epoch)
+            && let Some(r) = l2.get(&s.key, &epoch.tag).await
+        {
+            let r = Arc::new(r);
+            self.l1.insert(r.clone(), epoch.generation).await;
+            return Ok(self.cached_answer(s, r, Tier::Redis));
+        }
+        metrics::counter!("oncegate_sync_guard_refusals_total", "what" => "claim").increment(1);
+        Err(GateError::Unavailable(refused))
     }
 
     /// Fills the caches with a result the store returned, tagged with the

@@ -273,7 +273,12 @@ async fn run_batch(
                 let _ = reply.send(Ok(outcome));
             }
         }
-        Err(err) if items.len() > 1 && !matches!(err, StoreError::Unavailable(_)) => {
+        // Unreachable or without a synchronous standby: every item alone
+        // would fail the same way.
+        Err(err)
+            if items.len() > 1
+                && !matches!(err, StoreError::Unavailable(_) | StoreError::NoSyncStandby(_)) =>
+        {
             tracing::warn!(error = %err, items = items.len(), "batch transaction failed; retrying items one by one");
             metrics::counter!("oncegate_group_commit_fallbacks_total").increment(1);
             run_one_by_one(store, ctx, items, replies).await;

@@ -14,8 +14,26 @@
 //! (or a lost connection) *suspends* cache answers until a connection has
 //! confirmed the identity again: the same server resumes, a new one starts
 //! a new epoch first.
+//!
+//! # The cache window
+//! A primary that vanishes without a reset (a frozen host, dropped packets)
+//! fails no call: only the probe notices, when its answer does not come. So
+//! caches answer only while the last confirmation is recent: a confirmation
+//! counts from the moment its query was *sent* (the identity held then, not
+//! necessarily when the answer arrived) and lasts the probe's interval plus
+//! its timeout ([`PrimaryWatch::set_confirmation_lease`]). Whatever happens
+//! to the probe task (a busy machine delays timers too), no cache answers
+//! later than that after the primary vanished: the window is at most
+//! `ONCEGATE_PRIMARY_PROBE_INTERVAL + ONCEGATE_PRIMARY_PROBE_TIMEOUT`.
+//!
+//! The same watch carries the synchronous-standby [`guard`].
 
+pub mod guard;
+
+use guard::SyncGuard;
 use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// What identifies a primary's history: a promoted standby has the same
 /// system identifier as its old primary but a new timeline.
@@ -45,6 +63,10 @@ struct State {
     epoch: Epoch,
     /// A connection has confirmed `identity` and none has failed since.
     confirmed: bool,
+    /// When the latest confirming read was sent.
+    confirmed_at: Option<Instant>,
+    /// How long a confirmation lets caches answer; `None`: until suspended.
+    lease: Option<Duration>,
 }
 
 /// The identity last seen and whether caches may answer (see the module doc).
@@ -55,22 +77,26 @@ pub struct PrimaryWatch {
     watched: bool,
     /// Asks the probe to re-read the identity now (a connection was lost).
     probe_now: tokio::sync::Notify,
+    /// Whether commits are on a synchronous standby (when required).
+    guard: SyncGuard,
 }
 
 impl PrimaryWatch {
     /// For a store with a server: nothing confirmed yet, so no cache answers
-    /// until the first connection has read the identity.
-    pub fn new() -> Self {
+    /// until the first connection has read the identity. With
+    /// `require_sync_standby`, no claim is accepted until the guard has
+    /// read the primary's standbys.
+    pub fn new(require_sync_standby: bool) -> Self {
         metrics::gauge!("oncegate_store_identity_confirmed").set(0.0);
-        Self::with(false, true)
+        Self::with(false, true, require_sync_standby)
     }
 
     /// For an embedded store (no failover possible): always trusted, tag "".
     pub fn embedded() -> Self {
-        Self::with(true, false)
+        Self::with(true, false, false)
     }
 
-    fn with(confirmed: bool, watched: bool) -> Self {
+    fn with(confirmed: bool, watched: bool, require_sync_standby: bool) -> Self {
         Self {
             state: Mutex::new(State {
                 identity: None,
@@ -79,9 +105,26 @@ impl PrimaryWatch {
                     tag: "".into(),
                 },
                 confirmed,
+                confirmed_at: None,
+                lease: None,
             }),
             watched,
             probe_now: tokio::sync::Notify::new(),
+            guard: SyncGuard::new(require_sync_standby),
+        }
+    }
+
+    /// The synchronous-standby guard.
+    pub fn guard(&self) -> &SyncGuard {
+        &self.guard
+    }
+
+    /// From now on a confirmation lets caches answer for `lease` after its
+    /// read was sent (the probe's interval plus its timeout), unless a newer
+    /// one extends it: see the module doc's cache window.
+    pub fn set_confirmation_lease(&self, lease: Duration) {
+        if self.watched {
+            self.lock().lease = Some(lease);
         }
     }
 
@@ -89,10 +132,16 @@ impl PrimaryWatch {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The epoch caches may answer in, or `None` while suspended.
+    /// The epoch caches may answer in, or `None` while suspended or once
+    /// the last confirmation is older than the lease.
     pub fn trusted(&self) -> Option<Epoch> {
         let state = self.lock();
-        state.confirmed.then(|| state.epoch.clone())
+        let fresh = match (state.lease, state.confirmed_at) {
+            (Some(lease), Some(at)) => Instant::now() < at + lease,
+            (Some(_), None) => !self.watched,
+            (None, _) => true,
+        };
+        (state.confirmed && fresh).then(|| state.epoch.clone())
     }
 
     /// The identity last confirmed (none yet, or an embedded store: `None`).
@@ -100,11 +149,12 @@ impl PrimaryWatch {
         self.lock().identity
     }
 
-    /// A connection read `seen`: confirms it, or — a different server than
-    /// before — moves to a new epoch first (counted and logged). Returns
-    /// whether the epoch moved.
-    pub fn observe(&self, seen: ServerIdentity) -> bool {
+    /// A connection read `seen` with a query sent at `sent`: confirms it,
+    /// or — a different server than before — moves to a new epoch first
+    /// (counted and logged). Returns whether the epoch moved.
+    pub fn observe(&self, seen: ServerIdentity, sent: Instant) -> bool {
         let mut state = self.lock();
+        state.confirmed_at = Some(state.confirmed_at.map_or(sent, |at| at.max(sent)));
         let moved = match state.identity {
             Some(known) if known == seen => false,
             Some(known) => {
@@ -173,7 +223,16 @@ impl PrimaryWatch {
         }
     }
 
-    /// Resolves when [`connection_lost`](Self::connection_lost) asked for a probe.
+    /// Asks the probe to read the primary now, without suspending caches
+    /// (the guard found the standby short in a claim transaction).
+    pub fn request_probe(&self) {
+        if self.watched {
+            self.probe_now.notify_one();
+        }
+    }
+
+    /// Resolves when a probe was asked for ([`connection_lost`](Self::connection_lost),
+    /// [`request_probe`](Self::request_probe)).
     pub async fn probe_requested(&self) {
         self.probe_now.notified().await;
     }
@@ -181,7 +240,7 @@ impl PrimaryWatch {
 
 impl Default for PrimaryWatch {
     fn default() -> Self {
-        Self::new()
+        Self::new(false)
     }
 }
 
@@ -196,32 +255,55 @@ mod tests {
 
     #[test]
     fn nothing_answers_before_the_first_identity_nor_while_suspended() {
-        let w = PrimaryWatch::new();
+        let w = PrimaryWatch::new(false);
         assert_eq!(w.trusted(), None);
-        assert!(!w.observe(A));
+        assert!(!w.observe(A, Instant::now()));
         let first = w.trusted().expect("confirmed");
         assert_eq!((first.generation, &*first.tag), (0, "6579714265a80001.1"));
         w.suspend("probe failed");
         assert_eq!(w.trusted(), None);
-        assert!(!w.observe(A), "the same server resumes the same epoch");
+        assert!(
+            !w.observe(A, Instant::now()),
+            "the same server resumes the same epoch"
+        );
         assert_eq!(w.trusted(), Some(first));
     }
 
     #[test]
     fn a_new_timeline_or_system_is_a_new_epoch() {
-        let w = PrimaryWatch::new();
-        w.observe(A);
+        let w = PrimaryWatch::new(false);
+        w.observe(A, Instant::now());
         let promoted = ServerIdentity { timeline: 2, ..A };
-        assert!(w.observe(promoted));
+        assert!(w.observe(promoted, Instant::now()));
         let e = w.trusted().expect("confirmed");
         assert_eq!((e.generation, &*e.tag), (1, "6579714265a80001.2"));
         let other = ServerIdentity {
             system_identifier: 42,
             timeline: 2,
         };
-        assert!(w.observe(other));
+        assert!(w.observe(other, Instant::now()));
         assert_eq!(w.trusted().map(|e| e.generation), Some(2));
         assert_eq!(w.identity(), Some(other));
+    }
+
+    /// The cache window: a confirmation lets caches answer for the lease
+    /// from when its read was sent, and no longer, probe or no probe.
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmation_lapses_after_the_lease_from_its_send_time() {
+        let w = PrimaryWatch::new(false);
+        w.set_confirmation_lease(Duration::from_millis(1000));
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        w.observe(A, sent);
+        tokio::time::advance(Duration::from_millis(699)).await;
+        assert!(w.trusted().is_some(), "within the lease of the send time");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(w.trusted(), None, "lapsed: 1000 ms after the read was sent");
+        // An older read arriving late does not move the confirmation back.
+        w.observe(A, sent);
+        assert_eq!(w.trusted(), None);
+        w.observe(A, Instant::now());
+        assert!(w.trusted().is_some(), "a new confirmation resumes");
     }
 
     #[test]

@@ -311,6 +311,10 @@ pub struct StoreSettings {
     pub idle_in_transaction_timeout: Duration,
     /// Postgres: idle time before the server probes a silent client.
     pub tcp_keepalive: Duration,
+    /// Postgres: claims and effect completions only when a synchronous
+    /// standby confirms their commit (`ONCEGATE_REQUIRE_SYNC_REPLICA`,
+    /// [`crate::primary::guard`]).
+    pub require_sync_standby: bool,
 }
 
 impl StoreSettings {
@@ -323,6 +327,7 @@ impl StoreSettings {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(10),
             tcp_keepalive: Duration::from_secs(10),
+            require_sync_standby: false,
         }
     }
 }
@@ -483,34 +488,9 @@ pub trait HeldLock: Send {
 /// transaction rolls back.
 pub struct OpenClaim(pub Box<dyn std::any::Any + Send>);
 
+pub use crate::primary::guard::{CommitSetting, Replication, Shortfall};
+
 /// The authoritative store.
-/// What the primary says about its standbys, read with the session's own
-/// settings (a role or session may override `synchronous_commit`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replication {
-    /// `synchronous_standby_names` as the server has it.
-    pub standby_names: String,
-    /// `synchronous_commit` as this session has it.
-    pub synchronous_commit: String,
-    /// Standbys whose `pg_stat_replication.sync_state` is `sync` or
-    /// `quorum`; `None` when the role may not see it (needs `pg_read_all_stats`).
-    pub sync_standbys: Option<i64>,
-}
-
-impl Replication {
-    /// A commit returns only once a synchronous standby has it: a standby is
-    /// named and the session waits for it. With no standby connected such a
-    /// commit waits (UNAVAILABLE at the deadline), it is never acknowledged
-    /// unreplicated.
-    pub fn is_synchronous(&self) -> bool {
-        !self.standby_names.trim().is_empty()
-            && matches!(
-                self.synchronous_commit.as_str(),
-                "on" | "remote_write" | "remote_apply"
-            )
-    }
-}
-
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
@@ -802,29 +782,5 @@ pub async fn open(settings: &StoreSettings) -> Result<Arc<dyn Store>, StoreError
             "unsupported database URL scheme in {:?}: use postgres:// or sqlite://",
             crate::secret::mask_url(url)
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Replication;
-
-    fn r(names: &str, commit: &str) -> Replication {
-        Replication {
-            standby_names: names.into(),
-            synchronous_commit: commit.into(),
-            sync_standbys: None,
-        }
-    }
-
-    #[test]
-    fn synchronous_needs_a_named_standby_and_a_waiting_commit() {
-        assert!(r("ANY 1 (s1, s2)", "on").is_synchronous());
-        assert!(r("s1", "remote_apply").is_synchronous());
-        assert!(r("s1", "remote_write").is_synchronous());
-        assert!(!r("", "on").is_synchronous(), "no standby named");
-        assert!(!r("  ", "remote_apply").is_synchronous(), "no standby named");
-        assert!(!r("s1", "local").is_synchronous(), "the session does not wait");
-        assert!(!r("s1", "off").is_synchronous(), "the session does not wait");
     }
 }

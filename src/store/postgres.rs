@@ -4,6 +4,7 @@
 //! sealed audit trail's reads and appends are in [`seal`].
 
 mod claim;
+mod commit;
 mod effect;
 
 mod ops;
@@ -60,16 +61,48 @@ const IDENTITY_SQL: &str = "SELECT (SELECT system_identifier FROM pg_control_sys
 
 /// Reads the identity on `conn` and reports it to `watch`.
 async fn read_identity(conn: &mut PgConnection, watch: &PrimaryWatch) -> Result<(), sqlx::Error> {
+    let sent = tokio::time::Instant::now();
     let (system_identifier, timeline): (i64, i32) = sqlx::query_as(IDENTITY_SQL).fetch_one(conn).await?;
-    watch.observe(ServerIdentity {
-        system_identifier,
-        timeline: timeline as u32,
-    });
+    watch.observe(
+        ServerIdentity {
+            system_identifier,
+            timeline: timeline as u32,
+        },
+        sent,
+    );
     Ok(())
+}
+
+/// The primary's synchronous replication as the application role's
+/// sessions get it (the guard, [`crate::primary::guard`]): the standbys
+/// from `oncegate_sync_standbys()` (migration 0014, which reads
+/// `pg_stat_replication` with the owner's rights), and `synchronous_commit`
+/// as a new session of this role in this database gets it — from a role
+/// or database setting (`ALTER ROLE … SET`, highest precedence first, as
+/// Postgres applies them at connection) or else from the server. The
+/// server's value is this session's when the session took it from the
+/// server (its source is the configuration, not a role setting); when a
+/// role setting this session started with is gone, it is unknown here
+/// (NULL) and the probe reads again on a new session.
+const REPLICATION_SQL: &str = "SELECT s.standby_names, s.required, s.streaming,        coalesce(r.value, CASE WHEN g.source IN ('default', 'environment variable', 'configuration file', 'command line')                               THEN g.reset_val END) AS commit_value,        coalesce(r.set_for, 'the server') AS commit_set_for      FROM oncegate_sync_standbys() s      CROSS JOIN (SELECT source, reset_val FROM pg_settings WHERE name = 'synchronous_commit') g      LEFT JOIN LATERAL (        SELECT substr(c, length('synchronous_commit=') + 1) AS value,               CASE WHEN d.setrole <> 0 AND d.setdatabase <> 0                      THEN format('role %s in database %s', session_user, current_database())                    WHEN d.setrole <> 0 THEN format('role %s', session_user)                    WHEN d.setdatabase <> 0 THEN format('database %s', current_database())                    ELSE 'all roles' END AS set_for        FROM pg_db_role_setting d, unnest(d.setconfig) AS c        WHERE c LIKE 'synchronous_commit=%'          AND d.setrole IN (0, (SELECT oid FROM pg_roles WHERE rolname = session_user))          AND d.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))        ORDER BY (d.setrole <> 0) DESC, (d.setdatabase <> 0) DESC LIMIT 1) r ON true";
+
+/// Reads [`REPLICATION_SQL`] on `conn`.
+async fn read_replication(conn: &mut PgConnection) -> Result<Replication, sqlx::Error> {
+    type Row = (String, i32, Option<i32>, Option<String>, String);
+    let (standby_names, required, streaming, value, set_for): Row =
+        sqlx::query_as(REPLICATION_SQL).fetch_one(conn).await?;
+    Ok(Replication {
+        standby_names,
+        required,
+        streaming,
+        commit: value.map(|value| CommitSetting { value, set_for }),
+    })
 }
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// Claim and effect transactions, confirmed by the guard when required.
+    commits: commit::Commits,
     /// The identity every new connection (and the probe) reports to.
     primary: Arc<PrimaryWatch>,
     /// The probe's own connection, kept between probes: its loss is the
@@ -161,7 +194,7 @@ impl PostgresStore {
             ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
             ("tcp_keepalives_count", "3".to_string()),
         ]);
-        let primary = Arc::new(PrimaryWatch::new());
+        let primary = Arc::new(PrimaryWatch::new(settings.require_sync_standby));
         let watch = primary.clone();
         let pool = PgPoolOptions::new()
             .max_connections(settings.pool_size.max(1))
@@ -173,6 +206,7 @@ impl PostgresStore {
             })
             .connect_lazy_with(options.clone());
         Ok(Self {
+            commits: commit::Commits::new(pool.clone(), primary.clone()),
             pool,
             primary,
             probe: Mutex::new(None),
@@ -189,15 +223,18 @@ impl PostgresStore {
         &self.pool
     }
 
-    /// Claims `batch` in `tx` and commits; wakes the relay if a claim went in.
+    /// Claims `batch` in `tx` and commits (under the guard: only with the
+    /// standbys there before COMMIT, answered only once confirmed after
+    /// it); wakes the relay if a claim went in.
     async fn claim_in(
         &self,
         mut tx: Transaction<'static, Postgres>,
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let outcomes = claim::claim_in_tx(&mut tx, batch, ctx).await?;
-        tx.commit().await?;
+        let (outcomes, standbys) = claim::claim_in_tx(&mut tx, batch, ctx, self.commits.guarded()).await?;
+        self.commits.check_before_commit(standbys.as_ref())?;
+        self.commits.commit(tx).await?;
         if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
             self.outbox_written.notify_one();
             self.notifier.poke(&self.pool);
@@ -269,12 +306,12 @@ impl Store for PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let tx = self.pool.begin().await?;
+        let tx = self.commits.begin().await?;
         self.claim_in(tx, batch, ctx).await
     }
 
     async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
-        Ok(Some(OpenClaim(Box::new(self.pool.begin().await?))))
+        Ok(Some(OpenClaim(Box::new(self.commits.begin().await?))))
     }
 
     async fn claim_batch_in(
@@ -507,20 +544,8 @@ impl Store for PostgresStore {
     }
 
     async fn replication(&self) -> Result<Option<Replication>, StoreError> {
-        let (standby_names, synchronous_commit, sync_standbys): (String, String, Option<i64>) =
-            sqlx::query_as(
-                "SELECT current_setting('synchronous_standby_names'), current_setting('synchronous_commit'), \
-             (SELECT CASE WHEN count(*) FILTER (WHERE sync_state IS NULL) > 0 THEN NULL \
-                     ELSE count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) END \
-              FROM pg_stat_replication)",
-            )
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(Some(Replication {
-            standby_names,
-            synchronous_commit,
-            sync_standbys,
-        }))
+        let mut conn = self.pool.acquire().await?;
+        Ok(Some(read_replication(&mut conn).await?))
     }
 
     fn primary(&self) -> Arc<PrimaryWatch> {
@@ -534,11 +559,24 @@ impl Store for PostgresStore {
                 Some(conn) => conn,
                 None => probe.insert(PgConnection::connect_with(&self.probe_options).await?),
             };
-            read_identity(conn, &self.primary).await
+            read_identity(&mut *conn, &self.primary).await?;
+            if !self.primary.guard().required() {
+                return Ok(true);
+            }
+            let r = read_replication(conn).await?;
+            self.primary.guard().observe(&r);
+            // The server's synchronous_commit is hidden behind a role
+            // setting this session started with: read it on a new one.
+            Ok::<_, sqlx::Error>(r.commit.is_some())
         })
         .await;
         match read {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(keep)) => {
+                if !keep {
+                    *probe = None;
+                }
+                Ok(())
+            }
             failed => {
                 // Broken, cut short, or on a server in recovery: the next
                 // probe starts on a new connection.
@@ -604,7 +642,7 @@ impl Store for PostgresStore {
     }
 
     async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-        effect::begin(&self.pool, begin).await
+        effect::begin(&self.commits, begin).await
     }
 
     async fn effect_complete(
@@ -612,7 +650,7 @@ impl Store for PostgresStore {
         fence: &super::effect::Fence<'_>,
         response: &[u8],
     ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-        let outcome = effect::complete(&self.pool, fence, response).await?;
+        let outcome = effect::complete(&self.commits, fence, response).await?;
         if matches!(outcome, FencedOutcome::Done(_)) {
             // An `effect.completed` event was written (or already was):
             // wake the relays as a claim's commit does.

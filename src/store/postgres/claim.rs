@@ -8,11 +8,15 @@
 //! 3. `claim.sql`: audit rows, ledger rows and outbox events together.
 //!
 //! Keys not claimed load their stored result (a duplicate, or a key reuse).
+//!
+//! With the synchronous-standby guard on, statement 3 also reads the
+//! primary's synchronous standbys, as the last thing before COMMIT
+//! ([`crate::primary::guard`]).
 
 use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::shared::event_json;
-use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Disbursement, StoredResult};
+use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Disbursement, Replication, StoredResult};
 use crate::submission::Submission;
 use sqlx::{Postgres, Row, Transaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,12 +26,15 @@ use uuid::Uuid;
 const CLAIM_EFFECTS_SQL: &str = include_str!("claim.sql");
 
 /// Claims `batch` inside `tx`; one outcome per item, in order, and one
-/// audit row per item.
+/// audit row per item. With `read_standbys`, also the primary's synchronous
+/// standbys as the transaction's last statement saw them (its
+/// `synchronous_commit` is the transaction's own, so `commit` is `None`).
 pub(super) async fn claim_in_tx(
     tx: &mut Transaction<'_, Postgres>,
     batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
+    read_standbys: bool,
+) -> Result<(Vec<ClaimOutcome>, Option<Replication>), StoreError> {
     let items = batch.unique();
     let now = crate::time_fmt::now_micros();
     let ids: Vec<Uuid> = items.iter().map(|_| Uuid::now_v7()).collect();
@@ -63,11 +70,11 @@ pub(super) async fn claim_in_tx(
         .collect::<Result<Vec<_>, _>>()?;
     let outcomes = batch.expand(&outcomes);
     let columns = ClaimColumns::new(batch.items(), &outcomes, &claimed, &rows, ctx, now);
-    let flagged = columns.execute(tx).await?;
+    let (flagged, standbys) = columns.execute(tx, read_standbys).await?;
     if flagged > 0 {
         metrics::counter!("oncegate_payload_changed_resubmissions_total").increment(flagged as u64);
     }
-    Ok(outcomes)
+    Ok((outcomes, standbys))
 }
 
 /// Inserts the claim rows; returns the keys this transaction claimed.
@@ -293,10 +300,16 @@ impl<'a> ClaimColumns<'a> {
         }
     }
 
-    /// Runs `claim.sql`; returns the count flagged `payload_changed`, or
-    /// [`StoreError::LateRedelivery`] for claimed keys already in the ledger.
-    async fn execute(&self, tx: &mut Transaction<'_, Postgres>) -> Result<i64, StoreError> {
-        let (flagged, inserted): (i64, Vec<String>) = sqlx::query_as(CLAIM_EFFECTS_SQL)
+    /// Runs `claim.sql`; returns the count flagged `payload_changed` (and
+    /// the standbys, when asked), or [`StoreError::LateRedelivery`] for
+    /// claimed keys already in the ledger.
+    async fn execute(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        read_standbys: bool,
+    ) -> Result<(i64, Option<Replication>), StoreError> {
+        type Row = (i64, Vec<String>, Option<String>, Option<i32>, Option<i32>);
+        let (flagged, inserted, names, required, streaming): Row = sqlx::query_as(CLAIM_EFFECTS_SQL)
             .bind(self.at)
             .bind(self.instance)
             .bind(&self.decision)
@@ -318,6 +331,7 @@ impl<'a> ClaimColumns<'a> {
             .bind(&self.event_id)
             .bind(&self.event_body)
             .bind(&self.traceparent)
+            .bind(read_standbys)
             .fetch_one(&mut **tx)
             .await?;
         if inserted.len() < self.key.len() {
@@ -325,6 +339,12 @@ impl<'a> ClaimColumns<'a> {
             let late = self.key.iter().filter(|k| !inserted.contains(**k));
             return Err(StoreError::LateRedelivery(late.map(|k| k.to_string()).collect()));
         }
-        Ok(flagged)
+        let standbys = names.map(|standby_names| Replication {
+            standby_names,
+            required: required.unwrap_or(0),
+            streaming,
+            commit: None,
+        });
+        Ok((flagged, standbys))
     }
 }

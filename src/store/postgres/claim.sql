@@ -28,11 +28,16 @@
 --   $19 event_id           uuid[]
 --   $20 event_body         text[]         JSON
 --   $21 traceparent        text[]         W3C trace context; NULL elements for none
+-- the synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA):
+--   $22 read_standbys      bool           read oncegate_sync_standbys() (else NULLs)
 --
 -- Returns one row: the number of processed audit rows flagged
 -- payload_changed, and the keys whose ledger row went in. A claimed key
 -- missing from that list was already in the ledger (its claim purged long
--- ago): a late redelivery, and the caller rolls back.
+-- ago): a late redelivery, and the caller rolls back. With $22, also the
+-- primary's synchronous standbys as this statement — the transaction's last
+-- before COMMIT — found them: the caller rolls back when they fall short
+-- (the function is not called at all without $22: a one-time filter).
 --
 -- A processed item is flagged payload_changed when the ledger already holds
 -- its award id and timestamp under another key. The probe sees the ledger as
@@ -66,4 +71,7 @@ WITH aud AS (
     ORDER BY a, s
 )
 SELECT (SELECT count(*) FILTER (WHERE payload_changed) FROM aud),
-       (SELECT coalesce(array_agg(idempotency_key), '{}') FROM led)
+       (SELECT coalesce(array_agg(idempotency_key), '{}') FROM led),
+       g.standby_names, g.required, g.streaming
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT * FROM oncegate_sync_standbys() WHERE $22) AS g ON true

@@ -4,6 +4,7 @@
 //! the one that checks it (under READ COMMITTED a concurrent caller waits
 //! for the row lock and re-checks the condition on the new row version).
 
+use super::commit::Commits;
 use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::effect::{
@@ -34,8 +35,11 @@ const SELECT_RECORD: &str = "SELECT namespace, idempotency_key, fingerprint, sta
        greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS expires_in \
      FROM effects WHERE namespace = $1 AND idempotency_key = $2";
 
-pub(super) async fn begin(pool: &PgPool, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-    let mut tx = pool.begin().await?;
+/// Under the guard the lease is confirmed on a synchronous standby before
+/// it is answered: a lease lost in a failover would let a second holder
+/// begin as attempt 1.
+pub(super) async fn begin(commits: &Commits, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+    let mut tx = commits.begin().await?;
     let taken = sqlx::query(TAKE_LEASE)
         .bind(&b.namespace)
         .bind(&b.key)
@@ -66,7 +70,7 @@ pub(super) async fn begin(pool: &PgPool, b: &EffectBegin) -> Result<BeginOutcome
         }
         None => existing(&mut tx, b).await?,
     };
-    tx.commit().await?;
+    commits.commit(tx).await?;
     Ok(outcome)
 }
 
@@ -119,12 +123,14 @@ fn completed_from_row(row: &PgRow) -> Result<Option<CompletedEffect>, sqlx::Erro
     }))
 }
 
+/// Under the guard the completion is confirmed on a synchronous standby
+/// before it is answered, like a claim.
 pub(super) async fn complete(
-    pool: &PgPool,
+    commits: &Commits,
     f: &Fence<'_>,
     response: &[u8],
 ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = commits.begin().await?;
     let done = sqlx::query(
         "UPDATE effects SET state = 'completed', response = $4, completed_at = date_trunc('microseconds', now()), \
            lease_expires_at = NULL, updated_at = now() \
@@ -139,7 +145,7 @@ pub(super) async fn complete(
     .await?;
     let Some(done) = done.as_ref().map(completed_from_row).transpose()?.flatten() else {
         let outcome = repeat_or_lost(&mut tx, f, response).await?;
-        tx.commit().await?;
+        commits.commit(tx).await?;
         return Ok(outcome);
     };
     let event_id = Uuid::now_v7();
@@ -157,7 +163,7 @@ pub(super) async fn complete(
     let detail = format!("attempt {}", done.attempt);
     let decision = (AuditDecision::EffectCompleted, None);
     audit(&mut tx, decision, f.key, f.namespace, f.instance, Some(&detail)).await?;
-    tx.commit().await?;
+    commits.commit(tx).await?;
     Ok(FencedOutcome::Done(done))
 }
 
