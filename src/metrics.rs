@@ -57,7 +57,19 @@ fn describe() {
     );
     describe_gauge!(
         "oncegate_db_sync_replica",
-        "1 when the primary acknowledges a commit only once a synchronous standby has it (read at start); 0 when a failover can lose acknowledged claims"
+        "1 when the primary acknowledges a commit only once a synchronous standby has it (read at start; with ONCEGATE_REQUIRE_SYNC_REPLICA on every identity probe too); 0 when a failover can lose acknowledged claims"
+    );
+    describe_gauge!(
+        "oncegate_sync_standby_shortfall",
+        "With ONCEGATE_REQUIRE_SYNC_REPLICA: 1 for the reason claims are refused now (no_standby_named, commit_does_not_wait, standby_not_streaming, standbys_unreadable, unknown), 0 for the others"
+    );
+    describe_counter!(
+        "oncegate_sync_guard_refusals_total",
+        "Claims, effect leases and completions refused without a transaction while no synchronous standby confirms commits, by what"
+    );
+    describe_counter!(
+        "oncegate_sync_guard_unconfirmed_commits_total",
+        "Commits that returned while synchronous_standby_names was empty (released unreplicated, or not waiting at all): answered UNAVAILABLE, not acknowledged"
     );
     describe_gauge!(
         "oncegate_store_identity_confirmed",
