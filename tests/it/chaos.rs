@@ -63,6 +63,35 @@ impl ThrowawayPg {
         self.dir.path().join("data")
     }
 
+    /// The postmaster and every process it started (backends, WAL writer,
+    /// checkpointer, …): what a frozen host stops.
+    pub fn processes(&self) -> Vec<u32> {
+        let pid = std::fs::read_to_string(self.data().join("postmaster.pid")).expect("postmaster.pid");
+        let postmaster: u32 = pid
+            .lines()
+            .next()
+            .expect("pid line")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid …: comm may hold spaces, so split after ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            if ppid.and_then(|p| p.parse::<u32>().ok()) == Some(postmaster)
+                && let Ok(child) = entry.file_name().to_string_lossy().parse()
+            {
+                pids.push(child);
+            }
+        }
+        pids
+    }
+
     /// Starts the cluster and waits until it accepts connections.
     pub async fn up(&self) {
         let options = format!(

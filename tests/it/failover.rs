@@ -1,7 +1,8 @@
 //! Postgres failover (DESIGN §7). A primary that acknowledges commits
 //! before a standby has them can lose answered claims in a failover:
-//! start-up says so, and with ONCEGATE_REQUIRE_SYNC_REPLICA refuses to
-//! serve (exit 64).
+//! start-up says so, and with ONCEGATE_REQUIRE_SYNC_REPLICA claims are
+//! refused while no synchronous standby confirms commits (the guard's own
+//! tests, against a real primary and standby, are in `sync_guard`).
 //!
 //! The failover harness: a primary and a streaming standby of its own on
 //! loopback (`initdb`, `pg_basebackup -R`), the standby's replication link
@@ -47,34 +48,49 @@ async fn an_asynchronous_primary_is_reported() {
     app.shutdown().await;
 }
 
-/// With ONCEGATE_REQUIRE_SYNC_REPLICA=true and no synchronous standby the
-/// real binary exits 64 naming the setting and the server's values; on
-/// SQLite the setting is refused as a configuration error too.
+/// With ONCEGATE_REQUIRE_SYNC_REPLICA=true and no synchronous standby (the
+/// shared test server names none) the real binary starts, but refuses
+/// claims: UNAVAILABLE naming what is missing, the Gate's health
+/// NOT_SERVING (the process's own stays SERVING: no restart), and the gauge
+/// names the reason. On SQLite the setting is a configuration error (exit 64).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn require_sync_replica_refuses_an_asynchronous_primary() {
+async fn require_sync_replica_without_a_standby_serves_no_claims() {
     let db = TestDb::new(Kind::Postgres).await;
-    let (code, err) = run(
-        &[
-            "serve",
-            "--database-url",
-            &db.url,
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        &[("ONCEGATE_REQUIRE_SYNC_REPLICA", "true")],
-    )
+    let sidecar = Sidecar::start(&[
+        ("DATABASE_URL", db.url.clone()),
+        ("ONCEGATE_REQUIRE_SYNC_REPLICA", "true".into()),
+    ])
     .await;
-    assert_eq!(code, 64, "refused: {err}");
+    let mut client = sidecar.client().await;
+    let refused = client
+        .submit(submission("AWD-NOSYNC", "2026-12-04T10:00:00Z", b"p", 10))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     assert!(
-        err.contains("ONCEGATE_REQUIRE_SYNC_REPLICA"),
-        "names the setting: {err}"
+        refused.message().contains("ONCEGATE_REQUIRE_SYNC_REPLICA")
+            && refused.message().contains("synchronous_standby_names is empty"),
+        "names the setting and what is missing: {}",
+        refused.message()
     );
-    assert!(
-        err.contains("synchronous_standby_names = \"\""),
-        "names the server's value: {err}"
+    assert_eq!(health(sidecar.addr, "oncegate.v1.Gate").await, "NotServing");
+    assert_eq!(health(sidecar.addr, "").await, "Serving");
+    let metrics = sidecar.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "oncegate_sync_standby_shortfall{reason=\"no_standby_named\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
     );
+    assert_eq!(metric(&metrics, "oncegate_db_sync_replica"), Some(0.0));
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM processed_messages").await,
+        0,
+        "nothing written"
+    );
+    sidecar.kill().await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let sqlite = format!("sqlite://{}", dir.path().join("og.db").display());
@@ -95,7 +111,28 @@ async fn require_sync_replica_refuses_an_asynchronous_primary() {
     assert!(err.contains("needs Postgres"), "names why: {err}");
 }
 
-async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+/// The gRPC health of `service` on a sidecar, as its status's name.
+pub(crate) async fn health(addr: SocketAddr, service: &str) -> String {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    let status = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner()
+        .status;
+    format!(
+        "{:?}",
+        tonic_health::pb::health_check_response::ServingStatus::try_from(status).expect("a status")
+    )
+}
+
+pub(crate) async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
     cmd.args(args)
         .env_remove("DATABASE_URL")
@@ -117,22 +154,22 @@ async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 
 /// A primary and a streaming standby of their own, the standby's link and
 /// the Service through forwarders of the test's own.
-struct Pair {
+pub(crate) struct Pair {
     dir: tempfile::TempDir,
-    primary_port: u16,
-    standby_port: u16,
+    pub(crate) primary_port: u16,
+    pub(crate) standby_port: u16,
     /// The standby's replication connection: cut it and the standby falls behind.
-    link: FaultProxy,
+    pub(crate) link: FaultProxy,
     /// What the sidecars connect to.
-    service: FaultProxy,
+    pub(crate) service: FaultProxy,
 }
 
-fn loopback(port: u16) -> SocketAddr {
+pub(crate) fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 impl Pair {
-    async fn start(synchronous: bool) -> Self {
+    pub(crate) async fn start(synchronous: bool) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         if running_as_root() {
             // Postgres refuses to run as root: the clusters belong to `postgres`.
@@ -179,8 +216,11 @@ impl Pair {
                 .args(["-p", &primary_port.to_string()]),
         )
         .await;
+        // A standby whose link comes back reconnects within 200 ms (the
+        // default retry is 5 s).
         let conninfo = format!(
-            "-c cluster_name=standby1 -c primary_conninfo='host=127.0.0.1 port={} user=root application_name=standby1'",
+            "-c cluster_name=standby1 -c wal_retrieve_retry_interval=200ms \
+             -c primary_conninfo='host=127.0.0.1 port={} user=root application_name=standby1'",
             pair.link.addr.port()
         );
         pair.pg_start(&pair.data("standby"), pair.standby_port, "standby", &conninfo)
@@ -200,7 +240,7 @@ impl Pair {
         pair
     }
 
-    fn data(&self, name: &str) -> PathBuf {
+    pub(crate) fn data(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -221,7 +261,7 @@ impl Pair {
         .await;
     }
 
-    async fn primary_sql(&self, sql: &str) {
+    pub(crate) async fn primary_sql(&self, sql: &str) {
         let mut c = sqlx::PgConnection::connect(&pg_url(self.primary_port))
             .await
             .expect("primary");
@@ -232,12 +272,12 @@ impl Pair {
     }
 
     /// The Service's URL (what the sidecars are given).
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://root@{}/postgres", self.service.addr)
     }
 
     /// SIGKILL of the primary's postmaster (its backends die with it).
-    fn kill_primary(&self) {
+    pub(crate) fn kill_primary(&self) {
         let pid =
             std::fs::read_to_string(self.data("primary").join("postmaster.pid")).expect("postmaster.pid");
         let pid = pid.lines().next().expect("pid line").trim().to_string();
@@ -245,7 +285,7 @@ impl Pair {
     }
 
     /// `pg_ctl promote` on the standby, then the Service points at it.
-    async fn promote(&self) {
+    pub(crate) async fn promote(&self) {
         blocking(
             pg_command("pg_ctl")
                 .args(["-w", "promote", "-D"])
@@ -280,11 +320,11 @@ impl Drop for Pair {
     }
 }
 
-fn pg_url(port: u16) -> String {
+pub(crate) fn pg_url(port: u16) -> String {
     format!("postgres://root@127.0.0.1:{port}/postgres")
 }
 
-async fn blocking(cmd: &mut std::process::Command) {
+pub(crate) async fn blocking(cmd: &mut std::process::Command) {
     let mut cmd = std::mem::replace(cmd, std::process::Command::new("true"));
     tokio::task::spawn_blocking(move || run_ok(&mut cmd))
         .await
@@ -292,7 +332,7 @@ async fn blocking(cmd: &mut std::process::Command) {
 }
 
 /// `sync_state` of the standby's streaming replication, as the primary sees it.
-async fn replication_state(primary_port: u16) -> Option<String> {
+pub(crate) async fn replication_state(primary_port: u16) -> Option<String> {
     let mut c = sqlx::PgConnection::connect(&pg_url(primary_port)).await.ok()?;
     sqlx::query_scalar(
         "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1' AND state = 'streaming'",

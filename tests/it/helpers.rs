@@ -254,6 +254,11 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
         "5s",
         "--audit-flush-interval",
         "100ms",
+        // Beside CPU burners a timer fires hundreds of milliseconds late:
+        // a probe answer that late must not suspend the caches of a test
+        // about something else (cache_window measures the defaults).
+        "--primary-probe-timeout",
+        "3s",
     ];
     let Command::Serve(mut args) = Cli::try_parse_from(argv).expect("valid args").command else {
         unreachable!()
@@ -412,10 +417,13 @@ where
 /// A TCP proxy in front of a real server. `cut()` drops every connection
 /// and refuses new ones (the server "goes away"); `restore()` brings it back;
 /// `repoint()` sends new connections to another server (a Service whose
-/// endpoint moved to a promoted standby).
+/// endpoint moved to a promoted standby); `freeze()` stops forwarding
+/// without closing anything (a host that vanished without a reset: packets
+/// dropped), until `cut()`.
 pub struct FaultProxy {
     pub addr: SocketAddr,
     up: watch::Sender<bool>,
+    frozen: watch::Sender<bool>,
     upstream: Arc<std::sync::Mutex<SocketAddr>>,
     task: JoinHandle<()>,
 }
@@ -425,33 +433,26 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (up, up_rx) = watch::channel(true);
+        let (frozen, frozen_rx) = watch::channel(false);
         let upstream = Arc::new(std::sync::Mutex::new(upstream));
         let target = upstream.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
+                let Ok((inbound, _)) = listener.accept().await else {
                     return;
                 };
                 if !*up_rx.borrow() {
                     drop(inbound);
                     continue;
                 }
-                let mut rx = up_rx.clone();
                 let upstream = *target.lock().unwrap();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = rx.wait_for(|up| !*up) => {}
-                    }
-                });
+                tokio::spawn(forward(inbound, upstream, up_rx.clone(), frozen_rx.clone()));
             }
         });
         Self {
             addr,
             up,
+            frozen,
             upstream,
             task,
         }
@@ -467,13 +468,46 @@ impl FaultProxy {
     }
 
     pub fn restore(&self) {
+        let _ = self.frozen.send(false);
         let _ = self.up.send(true);
+    }
+
+    /// Nothing passes any more, in either direction, and nothing is
+    /// closed: connections hang (until `cut()`), new ones are accepted and
+    /// hang too.
+    pub fn freeze(&self) {
+        let _ = self.frozen.send(true);
     }
 
     /// A Postgres URL for `db` that goes through this proxy.
     pub fn pg_url(&self, db: &TestDb) -> String {
         format!("postgres://root@{}/{}", self.addr, db.name)
     }
+}
+
+/// One proxied connection: copies both ways until cut; once frozen, holds
+/// both sockets open without copying (until cut).
+async fn forward(
+    mut inbound: TcpStream,
+    upstream: SocketAddr,
+    mut up: watch::Receiver<bool>,
+    mut frozen: watch::Receiver<bool>,
+) {
+    if !*frozen.borrow() {
+        let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+            _ = up.wait_for(|up| !*up) => return,
+            _ = frozen.wait_for(|f| *f) => {}
+        }
+        let _held = outbound;
+        let _ = up.wait_for(|up| !*up).await;
+    } else {
+        let _ = up.wait_for(|up| !*up).await;
+    }
+    drop(inbound);
 }
 
 impl Drop for FaultProxy {
@@ -583,6 +617,8 @@ impl Sidecar {
             .env("ONCEGATE_PURGE_INTERVAL", "0s")
             // As serve_args: sealing off unless the test sets an interval.
             .env("ONCEGATE_AUDIT_SEAL_INTERVAL", "0s")
+            // As serve_args: a late timer does not suspend the caches.
+            .env("ONCEGATE_PRIMARY_PROBE_TIMEOUT", "3s")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(file)

@@ -18,6 +18,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod cache_window;
 mod chaos;
 mod cluster;
 mod effects;
@@ -35,6 +36,7 @@ mod seal;
 mod security;
 mod store_suite;
 mod structure;
+mod sync_guard;
 mod tiers;
 mod traces;
 mod vectors;
