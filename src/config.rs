@@ -19,7 +19,7 @@ use crate::redis_tier::RedisSettings;
 use crate::relay::{RelaySettings, SinkSettings, SinkSpec};
 use crate::seal::{SealSchedule, SealSettings};
 use crate::secret::mask_url;
-use crate::store::{RetentionPolicy, StoreSettings, TimeRange};
+use crate::store::{Pooler, RetentionPolicy, StoreSettings, TimeRange};
 use crate::submission::Limits;
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
@@ -107,8 +107,18 @@ impl StoreArgs {
             idle_in_transaction_timeout: self.db_idle_in_transaction_timeout,
             tcp_keepalive: self.db_tcp_keepalive,
             require_sync_standby: false,
+            pooler: Pooler::None,
         })
     }
+}
+
+/// `ONCEGATE_DB_POOLER`: what DATABASE_URL reaches ([`crate::store::Pooler`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DbPooler {
+    /// The server, or a pooler in session mode.
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`).
+    Transaction,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -168,6 +178,16 @@ pub struct ServeArgs {
     /// answered for from caches at most that long.
     #[arg(long, env = "ONCEGATE_PRIMARY_PROBE_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub primary_probe_timeout: Duration,
+    /// Postgres: what DATABASE_URL reaches. `none`: the server, or a
+    /// pooler in session mode. `transaction`: a pooler in transaction mode
+    /// (PgBouncer `pool_mode = transaction`), where nothing of a session
+    /// survives a transaction: statements then run unnamed, each inside a
+    /// transaction that sets the session's timeouts. The relay, the purge,
+    /// reconciliation, sealing, verification and migrations need a session
+    /// of their own: run them where DATABASE_URL reaches the server
+    /// (`oncegate relay`, `oncegate purge`, …); serve refuses them here.
+    #[arg(long, env = "ONCEGATE_DB_POOLER", value_enum, default_value = "none")]
+    pub db_pooler: DbPooler,
     /// Written to audit rows (default: the host name).
     #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
@@ -759,8 +779,13 @@ impl ServeArgs {
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
         let mut store = self.store.settings(u32::MAX)?;
         store.require_sync_standby = self.require_sync_replica;
+        store.pooler = match self.db_pooler {
+            DbPooler::None => Pooler::None,
+            DbPooler::Transaction => Pooler::Transaction,
+        };
         self.check_least_privilege(&store)?;
         self.check_sync_replica(&store)?;
+        self.check_pooler(&store)?;
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
             reconcile: self.reconcile_settings(&retention, &instance)?,
@@ -825,6 +850,48 @@ impl ServeArgs {
             ));
         }
         Ok(())
+    }
+
+    /// `ONCEGATE_DB_POOLER=transaction`: Postgres only, and nothing on that
+    /// needs a session of its own (advisory locks held across statements,
+    /// LISTEN, migrations), each named with the setting that turns it off.
+    fn check_pooler(&self, store: &StoreSettings) -> Result<(), ConfigError> {
+        if store.pooler != Pooler::Transaction {
+            return Ok(());
+        }
+        if store.url.starts_with("sqlite://") {
+            return Err(ConfigError::new(
+                "ONCEGATE_DB_POOLER=transaction needs Postgres (DATABASE_URL): the embedded SQLite file has no pooler",
+            ));
+        }
+        let mut on = Vec::new();
+        if self.migrate_on_start {
+            on.push("migrations at start (ONCEGATE_MIGRATE_ON_START=false; run oncegate migrate against the server)");
+        }
+        if self.relay.relay_sink != SinkSpec::None {
+            on.push("the outbox relay (ONCEGATE_RELAY_SINK=none; run oncegate relay)");
+        }
+        if !self.retention.purge_interval.is_zero() {
+            on.push("the retention purge (ONCEGATE_PURGE_INTERVAL=0s; run oncegate purge)");
+        }
+        if !self.reconcile_interval(&store.url).is_zero() {
+            on.push("reconciliation (ONCEGATE_RECONCILE_INTERVAL=0s; run oncegate reconcile)");
+        }
+        if !self.audit_seal.audit_seal_interval.is_zero() {
+            on.push("audit sealing (ONCEGATE_AUDIT_SEAL_INTERVAL=0s; run oncegate audit seal)");
+        }
+        if !self.audit_seal.audit_verify_interval.is_zero() {
+            on.push("audit verification (ONCEGATE_AUDIT_VERIFY_INTERVAL=0s; run oncegate audit verify)");
+        }
+        if on.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError(format!(
+            "ONCEGATE_DB_POOLER=transaction: these need a database session of their own, which a \
+             transaction pooler does not keep; run them where DATABASE_URL reaches the server, and switch \
+             them off here: {}",
+            on.join("; ")
+        )))
     }
 
     /// `ONCEGATE_REQUIRE_SYNC_REPLICA` asks for a standby only Postgres has.

@@ -311,6 +311,9 @@ pub struct StoreSettings {
     pub idle_in_transaction_timeout: Duration,
     /// Postgres: idle time before the server probes a silent client.
     pub tcp_keepalive: Duration,
+    /// Postgres: what `url` reaches — the server (or a session pooler), or
+    /// a transaction pooler ([`Pooler`]).
+    pub pooler: Pooler,
     /// Postgres: claims and effect completions only when a synchronous
     /// standby confirms their commit (`ONCEGATE_REQUIRE_SYNC_REPLICA`,
     /// [`crate::primary::guard`]).
@@ -328,8 +331,22 @@ impl StoreSettings {
             idle_in_transaction_timeout: Duration::from_secs(10),
             tcp_keepalive: Duration::from_secs(10),
             require_sync_standby: false,
+            pooler: Pooler::None,
         }
     }
+}
+
+/// What a Postgres URL reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooler {
+    /// The server itself, or a pooler that keeps a server connection per
+    /// client connection (PgBouncer `pool_mode = session`).
+    #[default]
+    None,
+    /// A pooler that hands each transaction to any server connection
+    /// (PgBouncer `pool_mode = transaction`): nothing of a session
+    /// survives a transaction.
+    Transaction,
 }
 
 /// Which backend a store is.

@@ -4,11 +4,11 @@
 //! sealed audit trail's reads and appends are in [`seal`].
 
 mod claim;
-mod commit;
 mod effect;
 
 mod ops;
 mod seal;
+mod tx;
 
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
@@ -49,6 +49,7 @@ const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
 /// Advisory lock key held by the instance that runs retention ("oncegate").
 const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
 const OUTBOX_CHANNEL: &str = "oncegate_outbox";
+const NOTIFY_SQL: &str = "SELECT pg_notify('oncegate_outbox', '')";
 
 /// The server's identity (DESIGN §7): its system identifier and the WAL
 /// timeline it writes now. The timeline comes from the current WAL file's
@@ -59,10 +60,36 @@ const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 const IDENTITY_SQL: &str = "SELECT (SELECT system_identifier FROM pg_control_system()), \
      ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int4";
 
+/// The pool's sessions: the timeouts and server-side keepalives as startup
+/// options. Behind a transaction pooler no session setting lasts (and
+/// PgBouncer refuses the `options` startup parameter): the timeouts are set
+/// in every transaction instead ([`tx`]), no statement is cached, and the
+/// keepalives are the pooler's own to configure.
+fn session_options(base: &PgConnectOptions, settings: &StoreSettings) -> PgConnectOptions {
+    if settings.pooler == Pooler::Transaction {
+        return base.clone().statement_cache_capacity(0);
+    }
+    let ms = |d: Duration| d.as_millis().to_string();
+    let keepalive = settings.tcp_keepalive.as_secs().max(1);
+    base.clone().options([
+        ("lock_timeout", ms(settings.lock_timeout)),
+        ("statement_timeout", ms(settings.statement_timeout)),
+        (
+            "idle_in_transaction_session_timeout",
+            ms(settings.idle_in_transaction_timeout),
+        ),
+        ("tcp_keepalives_idle", keepalive.to_string()),
+        ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
+        ("tcp_keepalives_count", "3".to_string()),
+    ])
+}
+
 /// Reads the identity on `conn` and reports it to `watch`.
 async fn read_identity(conn: &mut PgConnection, watch: &PrimaryWatch) -> Result<(), sqlx::Error> {
     let sent = tokio::time::Instant::now();
-    let (system_identifier, timeline): (i64, i32) = sqlx::query_as(IDENTITY_SQL).fetch_one(conn).await?;
+    // The simple protocol: one message, whatever a pooler does between them.
+    let row = sqlx::raw_sql(IDENTITY_SQL).fetch_one(conn).await?;
+    let (system_identifier, timeline): (i64, i32) = (row.try_get(0)?, row.try_get(1)?);
     watch.observe(
         ServerIdentity {
             system_identifier,
@@ -88,21 +115,22 @@ const REPLICATION_SQL: &str = "SELECT s.standby_names, s.required, s.streaming, 
 
 /// Reads [`REPLICATION_SQL`] on `conn`.
 async fn read_replication(conn: &mut PgConnection) -> Result<Replication, sqlx::Error> {
-    type Row = (String, i32, Option<i32>, Option<String>, String);
-    let (standby_names, required, streaming, value, set_for): Row =
-        sqlx::query_as(REPLICATION_SQL).fetch_one(conn).await?;
+    let row = sqlx::raw_sql(REPLICATION_SQL).fetch_one(conn).await?;
+    let value: Option<String> = row.try_get("commit_value")?;
+    let set_for: String = row.try_get("commit_set_for")?;
     Ok(Replication {
-        standby_names,
-        required,
-        streaming,
+        standby_names: row.try_get("standby_names")?,
+        required: row.try_get("required")?,
+        streaming: row.try_get("streaming")?,
         commit: value.map(|value| CommitSetting { value, set_for }),
     })
 }
 
 pub struct PostgresStore {
     pool: PgPool,
-    /// Claim and effect transactions, confirmed by the guard when required.
-    commits: commit::Commits,
+    /// How transactions begin and end: confirmed by the guard when it is
+    /// required, self-contained behind a transaction pooler.
+    tx: tx::Transactions,
     /// The identity every new connection (and the probe) reports to.
     primary: Arc<PrimaryWatch>,
     /// The probe's own connection, kept between probes: its loss is the
@@ -148,10 +176,9 @@ impl OutboxNotifier {
         tokio::spawn(async move {
             loop {
                 while me.again.swap(false, SeqCst) {
-                    let sent = sqlx::query("SELECT pg_notify($1, '')")
-                        .bind(OUTBOX_CHANNEL)
-                        .execute(&pool)
-                        .await;
+                    // No parameter: one message of the simple protocol,
+                    // which a transaction pooler passes on whole.
+                    let sent = sqlx::raw_sql(NOTIFY_SQL).execute(&pool).await;
                     if let Err(e) = sent {
                         tracing::debug!(error = %e, "outbox notification failed; relays poll");
                     }
@@ -181,19 +208,7 @@ impl PostgresStore {
         let migration_options = PgConnectOptions::from_str(&settings.url)
             .map_err(|e| StoreError::Other(format!("invalid DATABASE_URL: {e}")))?
             .application_name("oncegate");
-        let ms = |d: Duration| d.as_millis().to_string();
-        let keepalive = settings.tcp_keepalive.as_secs().max(1);
-        let options = migration_options.clone().options([
-            ("lock_timeout", ms(settings.lock_timeout)),
-            ("statement_timeout", ms(settings.statement_timeout)),
-            (
-                "idle_in_transaction_session_timeout",
-                ms(settings.idle_in_transaction_timeout),
-            ),
-            ("tcp_keepalives_idle", keepalive.to_string()),
-            ("tcp_keepalives_interval", (keepalive / 3).max(1).to_string()),
-            ("tcp_keepalives_count", "3".to_string()),
-        ]);
+        let options = session_options(&migration_options, settings);
         let primary = Arc::new(PrimaryWatch::new(settings.require_sync_standby));
         let watch = primary.clone();
         let pool = PgPoolOptions::new()
@@ -206,7 +221,7 @@ impl PostgresStore {
             })
             .connect_lazy_with(options.clone());
         Ok(Self {
-            commits: commit::Commits::new(pool.clone(), primary.clone()),
+            tx: tx::Transactions::new(pool.clone(), primary.clone(), settings),
             pool,
             primary,
             probe: Mutex::new(None),
@@ -232,9 +247,9 @@ impl PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let (outcomes, standbys) = claim::claim_in_tx(&mut tx, batch, ctx, self.commits.guarded()).await?;
-        self.commits.check_before_commit(standbys.as_ref())?;
-        self.commits.commit(tx).await?;
+        let (outcomes, standbys) = claim::claim_in_tx(&mut tx, batch, ctx, self.tx.guarded()).await?;
+        self.tx.check_before_commit(standbys.as_ref())?;
+        self.tx.commit(tx).await?;
         if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
             self.outbox_written.notify_one();
             self.notifier.poke(&self.pool);
@@ -268,6 +283,7 @@ async fn load_stored(
 ) -> Result<HashMap<String, StoredResult>, StoreError> {
     let rows = sqlx::query(SELECT_STORED_ANY)
         .bind(keys)
+        .persistent(tx::named())
         .fetch_all(&mut **tx)
         .await?;
     rows.iter()
@@ -297,7 +313,7 @@ impl Store for PostgresStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::raw_sql("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
 
@@ -306,12 +322,12 @@ impl Store for PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let tx = self.commits.begin().await?;
+        let tx = self.tx.begin().await?;
         self.claim_in(tx, batch, ctx).await
     }
 
     async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
-        Ok(Some(OpenClaim(Box::new(self.commits.begin().await?))))
+        Ok(Some(OpenClaim(Box::new(self.tx.begin().await?))))
     }
 
     async fn claim_batch_in(
@@ -327,22 +343,28 @@ impl Store for PostgresStore {
     }
 
     async fn restore_claims(&self, keys: &[String]) -> Result<(), StoreError> {
+        let mut session = self.tx.session().await?;
         sqlx::query(
             "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
              SELECT idempotency_key, award_id, fingerprint, id, now() FROM disbursements \
              WHERE idempotency_key = ANY($1) ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .bind(keys)
-        .execute(&self.pool)
+        .persistent(tx::named())
+        .execute(&mut *session)
         .await?;
+        session.finish().await?;
         Ok(())
     }
 
     async fn lookup(&self, key: &str) -> Result<Option<StoredResult>, StoreError> {
+        let mut session = self.tx.session().await?;
         let row = sqlx::query(SELECT_STORED_ONE)
             .bind(key)
-            .fetch_optional(&self.pool)
+            .persistent(tx::named())
+            .fetch_optional(&mut *session)
             .await?;
+        session.finish().await?;
         Ok(row.as_ref().map(stored_from_row).transpose()?)
     }
 
@@ -358,6 +380,7 @@ impl Store for PostgresStore {
         let instance: Vec<&str> = rows.iter().map(|r| &*r.instance).collect();
         let changed: Vec<bool> = rows.iter().map(|r| r.payload_changed).collect();
         let detail: Vec<Option<&str>> = rows.iter().map(|r| r.detail.as_deref()).collect();
+        let mut session = self.tx.session().await?;
         sqlx::query(
             "INSERT INTO audit_log (at, decision, tier, key_prefix, award_id, instance, payload_changed, detail) \
              SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], \
@@ -371,8 +394,10 @@ impl Store for PostgresStore {
         .bind(&instance)
         .bind(&changed)
         .bind(&detail)
-        .execute(&self.pool)
+        .persistent(tx::named())
+        .execute(&mut *session)
         .await?;
+        session.finish().await?;
         Ok(())
     }
 
@@ -537,9 +562,10 @@ impl Store for PostgresStore {
     }
 
     async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
-        let excess: Vec<String> = sqlx::query_scalar(PRIVILEGE_EXCESS_SQL)
+        let excess: Vec<String> = sqlx::raw_sql(PRIVILEGE_EXCESS_SQL)
             .fetch_one(&self.pool)
-            .await?;
+            .await?
+            .try_get(0)?;
         Ok(Some(excess))
     }
 
@@ -598,11 +624,11 @@ impl Store for PostgresStore {
     }
 
     async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {
-        let seconds: Option<f64> = sqlx::query_scalar(
-            "SELECT extract(epoch FROM min_retention)::float8 FROM oncegate_retention_floor",
-        )
-        .fetch_optional(&self.pool)
-        .await?;
+        let row =
+            sqlx::raw_sql("SELECT extract(epoch FROM min_retention)::float8 FROM oncegate_retention_floor")
+                .fetch_optional(&self.pool)
+                .await?;
+        let seconds: Option<f64> = row.map(|r| r.try_get(0)).transpose()?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
@@ -642,7 +668,7 @@ impl Store for PostgresStore {
     }
 
     async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-        effect::begin(&self.commits, begin).await
+        effect::begin(&self.tx, begin).await
     }
 
     async fn effect_complete(
@@ -650,7 +676,7 @@ impl Store for PostgresStore {
         fence: &super::effect::Fence<'_>,
         response: &[u8],
     ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-        let outcome = effect::complete(&self.commits, fence, response).await?;
+        let outcome = effect::complete(&self.tx, fence, response).await?;
         if matches!(outcome, FencedOutcome::Done(_)) {
             // An `effect.completed` event was written (or already was):
             // wake the relays as a claim's commit does.
@@ -665,11 +691,11 @@ impl Store for PostgresStore {
         fence: &super::effect::Fence<'_>,
         reason: &str,
     ) -> Result<FencedOutcome<()>, StoreError> {
-        effect::release(&self.pool, fence, reason).await
+        effect::release(&self.tx, fence, reason).await
     }
 
     async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
-        effect::get(&self.pool, namespace, key).await
+        effect::get(&self.tx, namespace, key).await
     }
 
     async fn reconcile_start(&self) -> Result<super::ops::ReconcileStart, StoreError> {

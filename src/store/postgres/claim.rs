@@ -13,6 +13,7 @@
 //! primary's synchronous standbys, as the last thing before COMMIT
 //! ([`crate::primary::guard`]).
 
+use super::tx::named;
 use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::shared::event_json;
@@ -98,6 +99,7 @@ async fn insert_claims(
     .bind(&prints)
     .bind(ids)
     .bind(now)
+    .persistent(named())
     .fetch_all(&mut **tx)
     .await?;
     Ok(claimed.into_iter().collect())
@@ -158,6 +160,7 @@ async fn bump_balances(
     .bind(&sums)
     .bind(&counts)
     .bind(now)
+    .persistent(named())
     .fetch_all(&mut **tx)
     .await?;
     let last = rows
@@ -332,6 +335,7 @@ impl<'a> ClaimColumns<'a> {
             .bind(&self.event_body)
             .bind(&self.traceparent)
             .bind(read_standbys)
+            .persistent(named())
             .fetch_one(&mut **tx)
             .await?;
         if inserted.len() < self.key.len() {

@@ -4,7 +4,7 @@
 //! the one that checks it (under READ COMMITTED a concurrent caller waits
 //! for the row lock and re-checks the condition on the new row version).
 
-use super::commit::Commits;
+use super::tx::{Transactions, named};
 use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::effect::{
@@ -13,7 +13,7 @@ use crate::store::effect::{
 };
 use crate::store::{AuditDecision, Tier};
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 use std::time::Duration;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -38,14 +38,15 @@ const SELECT_RECORD: &str = "SELECT namespace, idempotency_key, fingerprint, sta
 /// Under the guard the lease is confirmed on a synchronous standby before
 /// it is answered: a lease lost in a failover would let a second holder
 /// begin as attempt 1.
-pub(super) async fn begin(commits: &Commits, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-    let mut tx = commits.begin().await?;
+pub(super) async fn begin(txs: &Transactions, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+    let mut tx = txs.begin().await?;
     let taken = sqlx::query(TAKE_LEASE)
         .bind(&b.namespace)
         .bind(&b.key)
         .bind(&b.fingerprint)
         .bind(&b.token)
         .bind(b.lease_ttl.as_millis() as f64)
+        .persistent(named())
         .fetch_optional(&mut *tx)
         .await?;
     let outcome = match taken {
@@ -70,7 +71,7 @@ pub(super) async fn begin(commits: &Commits, b: &EffectBegin) -> Result<BeginOut
         }
         None => existing(&mut tx, b).await?,
     };
-    commits.commit(tx).await?;
+    txs.commit(tx).await?;
     Ok(outcome)
 }
 
@@ -79,6 +80,7 @@ async fn existing(tx: &mut Transaction<'_, Postgres>, b: &EffectBegin) -> Result
     let Some(row) = sqlx::query(SELECT_RECORD)
         .bind(&b.namespace)
         .bind(&b.key)
+        .persistent(named())
         .fetch_optional(&mut **tx)
         .await?
     else {
@@ -126,11 +128,11 @@ fn completed_from_row(row: &PgRow) -> Result<Option<CompletedEffect>, sqlx::Erro
 /// Under the guard the completion is confirmed on a synchronous standby
 /// before it is answered, like a claim.
 pub(super) async fn complete(
-    commits: &Commits,
+    txs: &Transactions,
     f: &Fence<'_>,
     response: &[u8],
 ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-    let mut tx = commits.begin().await?;
+    let mut tx = txs.begin().await?;
     let done = sqlx::query(
         "UPDATE effects SET state = 'completed', response = $4, completed_at = date_trunc('microseconds', now()), \
            lease_expires_at = NULL, updated_at = now() \
@@ -141,11 +143,12 @@ pub(super) async fn complete(
     .bind(f.key)
     .bind(f.token)
     .bind(response)
+    .persistent(named())
     .fetch_optional(&mut *tx)
     .await?;
     let Some(done) = done.as_ref().map(completed_from_row).transpose()?.flatten() else {
         let outcome = repeat_or_lost(&mut tx, f, response).await?;
-        commits.commit(tx).await?;
+        txs.commit(tx).await?;
         return Ok(outcome);
     };
     let event_id = Uuid::now_v7();
@@ -158,12 +161,13 @@ pub(super) async fn complete(
     .bind(i64::from(done.attempt))
     .bind(completed_event_json(event_id, &done))
     .bind(done.completed_at)
+    .persistent(named())
     .execute(&mut *tx)
     .await?;
     let detail = format!("attempt {}", done.attempt);
     let decision = (AuditDecision::EffectCompleted, None);
     audit(&mut tx, decision, f.key, f.namespace, f.instance, Some(&detail)).await?;
-    commits.commit(tx).await?;
+    txs.commit(tx).await?;
     Ok(FencedOutcome::Done(done))
 }
 
@@ -177,6 +181,7 @@ async fn repeat_or_lost(
     let row = sqlx::query(SELECT_RECORD)
         .bind(f.namespace)
         .bind(f.key)
+        .persistent(named())
         .fetch_optional(&mut **tx)
         .await?;
     let Some(row) = row else {
@@ -194,11 +199,11 @@ async fn repeat_or_lost(
 }
 
 pub(super) async fn release(
-    pool: &PgPool,
+    txs: &Transactions,
     f: &Fence<'_>,
     reason: &str,
 ) -> Result<FencedOutcome<()>, StoreError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = txs.begin().await?;
     let released = sqlx::query(
         "UPDATE effects SET state = 'released', lease_expires_at = NULL, updated_at = now() \
          WHERE namespace = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'",
@@ -206,6 +211,7 @@ pub(super) async fn release(
     .bind(f.namespace)
     .bind(f.key)
     .bind(f.token)
+    .persistent(named())
     .execute(&mut *tx)
     .await?
     .rows_affected()
@@ -218,6 +224,7 @@ pub(super) async fn release(
         .bind(f.namespace)
         .bind(f.key)
         .bind(f.token)
+        .persistent(named())
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -233,15 +240,18 @@ pub(super) async fn release(
 }
 
 pub(super) async fn get(
-    pool: &PgPool,
+    txs: &Transactions,
     namespace: &str,
     key: &str,
 ) -> Result<Option<EffectRecord>, StoreError> {
+    let mut session = txs.session().await?;
     let row = sqlx::query(SELECT_RECORD)
         .bind(namespace)
         .bind(key)
-        .fetch_optional(pool)
+        .persistent(named())
+        .fetch_optional(&mut *session)
         .await?;
+    session.finish().await?;
     let Some(row) = row else { return Ok(None) };
     let state: String = row.try_get("state")?;
     Ok(Some(EffectRecord {
@@ -278,6 +288,7 @@ async fn audit(
     .bind(namespace)
     .bind(instance)
     .bind(detail)
+    .persistent(named())
     .execute(&mut **tx)
     .await?;
     Ok(())
