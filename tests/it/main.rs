@@ -29,6 +29,7 @@ mod hostile;
 mod kafka;
 mod keys;
 mod ops;
+mod pooler;
 mod privilege;
 mod relay;
 mod retention;

@@ -15,7 +15,7 @@ use crate::failover::{Pair, health, pg_url};
 use crate::helpers::*;
 use futures::FutureExt;
 use oncegate::pb::gate_client::GateClient;
-use oncegate::pb::{self, Outcome};
+use oncegate::pb::{self, Outcome, Tier};
 use sqlx::{Connection, Row};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,39 +26,43 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-/// One call a consumer made and what it got: the outcome and disbursement
-/// id, or the status code and message.
+/// One call a consumer made and what it got: the outcome, disbursement id
+/// and deciding tier, or the status code and message.
 #[derive(Debug, Clone)]
-struct Call {
-    at: Instant,
-    key: String,
-    got: Result<(Outcome, String), (tonic::Code, String)>,
+pub(crate) struct Call {
+    pub(crate) at: Instant,
+    pub(crate) key: String,
+    pub(crate) got: Result<(Outcome, String, Tier), (tonic::Code, String)>,
 }
 
 impl Call {
+    pub(crate) fn answered_by_cache(&self) -> bool {
+        matches!(self.got, Ok((_, _, Tier::LocalCache | Tier::Redis)))
+    }
+
     fn refused_by_guard(&self) -> bool {
         matches!(&self.got, Err((tonic::Code::Unavailable, m)) if m.contains("ONCEGATE_REQUIRE_SYNC_REPLICA"))
     }
 
-    fn claimed(&self) -> bool {
-        matches!(self.got, Ok((Outcome::Claimed, _)))
+    pub(crate) fn claimed(&self) -> bool {
+        matches!(self.got, Ok((Outcome::Claimed, _, _)))
     }
 }
 
 /// Consumers: each delivers a fresh submission until it is answered (an
 /// error: the broker redelivers after a pause), one in four a redelivery of
 /// one already answered.
-struct Consumers {
+pub(crate) struct Consumers {
     clients: Vec<GateClient<Channel>>,
     calls: Mutex<Vec<Call>>,
-    answered: Mutex<Vec<pb::Submission>>,
+    pub(crate) answered: Mutex<Vec<pb::Submission>>,
     next: AtomicU64,
     stop: AtomicBool,
     award: String,
 }
 
 impl Consumers {
-    fn start(addrs: &[SocketAddr], n: usize) -> (Arc<Self>, Vec<JoinHandle<()>>) {
+    pub(crate) fn start(addrs: &[SocketAddr], n: usize) -> (Arc<Self>, Vec<JoinHandle<()>>) {
         let clients = addrs
             .iter()
             .map(|a| {
@@ -108,7 +112,7 @@ impl Consumers {
     }
 
     /// Delivers `s` until it is answered or the consumers stop.
-    async fn deliver(&self, s: &pb::Submission, mut attempt: usize) -> bool {
+    pub(crate) async fn deliver(&self, s: &pb::Submission, mut attempt: usize) -> bool {
         let key = oncegate::key::derive_key(&s.award_id, &s.submission_timestamp, &s.payload);
         while !self.stop.load(Ordering::Relaxed) {
             let mut c = self.clients[attempt % self.clients.len()].clone();
@@ -118,7 +122,8 @@ impl Consumers {
             let got = match c.submit(req).await {
                 Ok(d) => {
                     let d = d.into_inner();
-                    Ok((outcome(&d), d.disbursement.expect("a disbursement").id))
+                    let tier = tier(&d);
+                    Ok((outcome(&d), d.disbursement.expect("a disbursement").id, tier))
                 }
                 Err(e) => Err((e.code(), e.message().to_string())),
             };
@@ -137,12 +142,12 @@ impl Consumers {
         false
     }
 
-    fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
 
     /// Waits until `f` holds for the calls so far; fails naming `what`.
-    async fn until(&self, what: &str, within: Duration, f: impl Fn(&[Call]) -> bool) {
+    pub(crate) async fn until(&self, what: &str, within: Duration, f: impl Fn(&[Call]) -> bool) {
         let reached = eventually(within, || {
             let holds = f(&self.calls.lock().unwrap());
             async move { holds }
@@ -152,7 +157,7 @@ impl Consumers {
         assert!(reached, "{what}: not reached in {within:?}; {}", summary(&calls));
     }
 
-    async fn stop(&self, handles: Vec<JoinHandle<()>>) -> Vec<Call> {
+    pub(crate) async fn stop(&self, handles: Vec<JoinHandle<()>>) -> Vec<Call> {
         self.stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.await.unwrap();
@@ -165,7 +170,7 @@ fn summary(calls: &[Call]) -> String {
     let mut by: HashMap<String, usize> = HashMap::new();
     for c in calls {
         let label = match &c.got {
-            Ok((o, _)) => format!("{o:?}"),
+            Ok((o, _, t)) => format!("{o:?} by {t:?}"),
             Err((code, m)) => format!("{code:?}: {}", m.chars().take(160).collect::<String>()),
         };
         *by.entry(label).or_default() += 1;
@@ -173,7 +178,7 @@ fn summary(calls: &[Call]) -> String {
     format!("{} calls: {by:?}", calls.len())
 }
 
-fn acked_after(calls: &[Call], n: usize) -> bool {
+pub(crate) fn acked_after(calls: &[Call], n: usize) -> bool {
     calls.iter().filter(|c| c.got.is_ok()).count() >= n
 }
 
@@ -185,7 +190,7 @@ fn refused_after(calls: &[Call], since: Instant, n: usize) -> bool {
         >= n
 }
 
-fn claimed_after(calls: &[Call], since: Instant) -> bool {
+pub(crate) fn claimed_after(calls: &[Call], since: Instant) -> bool {
     calls.iter().any(|c| c.at > since && c.claimed())
 }
 
@@ -211,7 +216,7 @@ impl Figures {
     ) -> Self {
         let mut acked: HashMap<&str, &str> = HashMap::new();
         for c in calls {
-            if let Ok((_, id)) = &c.got {
+            if let Ok((_, id, _)) = &c.got {
                 acked.entry(&c.key).or_insert(id);
             }
         }
