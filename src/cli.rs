@@ -475,6 +475,75 @@ mod tests {
         );
     }
 
+    /// Behind a transaction pooler every part that needs a session of its
+    /// own is named with the setting that turns it off; with all of them
+    /// off it resolves, and the probe's timing is carried to the config.
+    #[test]
+    fn a_transaction_pooler_refuses_what_needs_a_session_and_names_each_setting() {
+        let pooled = [
+            "oncegate",
+            "serve",
+            "--database-url",
+            "postgres://db/x",
+            "--db-pooler",
+            "transaction",
+        ];
+        let err = resolve(&pooled).err().expect("refused").0;
+        for setting in [
+            "ONCEGATE_MIGRATE_ON_START=false",
+            "ONCEGATE_PURGE_INTERVAL=0s",
+            "ONCEGATE_RECONCILE_INTERVAL=0s",
+            "ONCEGATE_AUDIT_SEAL_INTERVAL=0s",
+            "ONCEGATE_AUDIT_VERIFY_INTERVAL=0s",
+        ] {
+            assert!(err.contains(setting), "{setting} in {err}");
+        }
+        let off = [
+            &pooled[..],
+            &[
+                "--migrate-on-start",
+                "false",
+                "--purge-interval",
+                "0s",
+                "--reconcile-interval",
+                "0s",
+                "--audit-seal-interval",
+                "0s",
+                "--audit-verify-interval",
+                "0s",
+                "--primary-probe-interval",
+                "250ms",
+                "--primary-probe-timeout",
+                "750ms",
+            ],
+        ]
+        .concat();
+        let Ok(Job::Serve { config, .. }) = resolve(&off) else {
+            panic!("resolves with everything that needs a session off")
+        };
+        assert_eq!(config.store.pooler, crate::store::Pooler::Transaction);
+        assert_eq!(
+            config.primary_probe.cache_window(),
+            std::time::Duration::from_secs(1)
+        );
+        let sqlite = ["oncegate", "serve", "--db-pooler", "transaction"];
+        assert!(
+            resolve(&sqlite)
+                .err()
+                .expect("refused")
+                .0
+                .contains("needs Postgres")
+        );
+        let instant = ["oncegate", "serve", "--primary-probe-timeout", "0s"];
+        assert!(
+            resolve(&instant)
+                .err()
+                .expect("refused")
+                .0
+                .contains("ONCEGATE_PRIMARY_PROBE_TIMEOUT")
+        );
+    }
+
     #[test]
     fn effects_cache_windows_are_set_per_namespace() {
         let Ok(Job::Serve { config, .. }) = resolve(&[
