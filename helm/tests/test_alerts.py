@@ -11,9 +11,16 @@
   breaker and Redis tier breaker alerts fire, read from /api/v1/alerts, and
   resolve when Redis returns. Every dashboard query is run against that
   Prometheus and returns series.
+- A second live test: a sidecar with ONCEGATE_REQUIRE_SYNC_REPLICA on a
+  throwaway Postgres that names no synchronous standby refuses claims, and
+  OncegateNoSynchronousStandby fires with the reason; a synchronous
+  `pg_receivewal` named in synchronous_standby_names brings claims back and
+  the alert resolves.
 
-Needs promtool/prometheus (Debian package `prometheus`), redis-server and the
-built binary (target/debug/oncegate or $ONCEGATE_BIN).
+Needs promtool/prometheus (Debian package `prometheus`), redis-server, the
+Postgres server binaries (initdb, pg_ctl, pg_receivewal: $ONCEGATE_TEST_PG_BIN
+or Debian's postgresql) and the built binary (target/debug/oncegate or
+$ONCEGATE_BIN).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -422,3 +430,100 @@ def test_every_dashboard_query_parses_and_returns_series_from_the_live_prometheu
         assert time.time() < deadline, f"dashboard queries with no series from the live sidecar: {empty}"
     bad = live.api("query", query=grafana_to_promql("sum by (tier) (rate(oncegate_decisions_total{namespace=~\"$namespace\"}[5m])"))
     assert bad["status"] == "error", "the parse check is not vacuous"
+
+
+# --------------------------------------------------------------------------
+# live: the synchronous-standby guard's alert, on a real Postgres
+
+def pg_tool(name: str) -> str:
+    """A Postgres program: from $ONCEGATE_TEST_PG_BIN (scripts/test), Debian's
+    newest /usr/lib/postgresql/N/bin, or the PATH."""
+    dirs = [os.environ.get("ONCEGATE_TEST_PG_BIN", "")]
+    dirs += sorted((str(p) for p in pathlib.Path("/usr/lib/postgresql").glob("*/bin")), reverse=True)
+    for d in dirs:
+        if d and (pathlib.Path(d) / name).exists():
+            return str(pathlib.Path(d) / name)
+    return tool(name)
+
+
+def as_postgres(argv: list[str]) -> list[str]:
+    """Postgres' server programs refuse to run as root."""
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+class GuardLive(Live):
+    """A throwaway Postgres naming no synchronous standby, a sidecar that
+    requires one, and Prometheus scraping the sidecar."""
+
+    def start_postgres(self) -> None:
+        # Outside pytest's directory, which only root may enter.
+        self.pgroot = pathlib.Path(tempfile.mkdtemp(prefix="oncegate-guard-"))
+        self.pg_port, self.pgdata = free_port(), self.pgroot / "data"
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "-R", "postgres", str(self.pgroot)], check=True)
+        out = subprocess.run(as_postgres([pg_tool("initdb"), "-D", str(self.pgdata), "-A", "trust", "-U", "root",
+                                          "--no-sync"]), capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        options = f"-p {self.pg_port} -k {self.pgroot} -c listen_addresses=127.0.0.1 -c fsync=off"
+        out = subprocess.run(as_postgres([pg_tool("pg_ctl"), "-D", str(self.pgdata), "-o", options, "-l",
+                                          str(self.pgroot / "postgres.log"), "-w", "start"]),
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    def psql(self, sql: str) -> None:
+        subprocess.run([pg_tool("psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "root",
+                        "-d", "postgres", "-c", sql], check=True, capture_output=True)
+
+    def start_sidecar(self) -> None:
+        env = {"PATH": os.environ.get("PATH", ""),
+               "DATABASE_URL": f"postgres://root@127.0.0.1:{self.pg_port}/postgres",
+               "ONCEGATE_REQUIRE_SYNC_REPLICA": "true", "ONCEGATE_PRIMARY_PROBE_INTERVAL": "200ms",
+               "ONCEGATE_LISTEN": f"127.0.0.1:{self.grpc}", "ONCEGATE_METRICS_LISTEN": f"127.0.0.1:{self.metrics}",
+               "ONCEGATE_RECONCILE_INTERVAL": "0s", "ONCEGATE_PURGE_INTERVAL": "0s", "RUST_LOG": "info"}
+        proc = self.spawn("sidecar", [str(self.binary), "serve"], env)
+        wait_port(self.metrics, proc, "oncegate serve", self.tmp / "sidecar.log")
+
+    def submit_status(self) -> subprocess.CompletedProcess:
+        self.claims += 1
+        return subprocess.run([str(self.binary), "submit", "--target", f"http://127.0.0.1:{self.grpc}",
+                               "--award-id", f"AWD-GUARD-{self.claims}", "--amount-cents", "100",
+                               "--timestamp", "2026-12-05T09:00:00Z", "--payload", "guard"],
+                              capture_output=True, text=True, timeout=60)
+
+    def close(self) -> None:
+        super().close()
+        if hasattr(self, "pgroot"):
+            subprocess.run(as_postgres([pg_tool("pg_ctl"), "-D", str(self.pgdata), "-m", "immediate", "-w", "stop"]),
+                           capture_output=True)
+            shutil.rmtree(self.pgroot, ignore_errors=True)
+
+
+def test_no_synchronous_standby_fires_the_guard_alert_with_its_reason_and_it_resolves(tmp_path):
+    tool("prometheus")
+    live = GuardLive(tmp_path)
+    try:
+        live.start_postgres()
+        live.start_sidecar()
+        live.start_prometheus()
+        refused = live.submit_status()
+        assert refused.returncode != 0 and "synchronous_standby_names is empty" in refused.stderr, refused.stderr
+        _, seen = live.wait_alert("OncegateNoSynchronousStandby", {"firing"}, 60)
+        assert "pending" in seen, f"pending before firing: {seen}"
+        firing = [a for a in live.api("alerts")["data"]["alerts"]
+                  if a["labels"]["alertname"] == "OncegateNoSynchronousStandby"]
+        assert [a["labels"]["reason"] for a in firing] == ["no_standby_named"], firing
+        # A synchronous standby: pg_receivewal flushing what it receives.
+        wal = live.tmp / "wal"
+        wal.mkdir()
+        live.spawn("pg_receivewal", [pg_tool("pg_receivewal"), "-D", str(wal), "--synchronous", "--no-loop", "-d",
+                                     f"host=127.0.0.1 port={live.pg_port} user=root application_name=rx1"])
+        live.psql("ALTER SYSTEM SET synchronous_standby_names = 'rx1'")
+        live.psql("SELECT pg_reload_conf()")
+        live.wait_alert("OncegateNoSynchronousStandby", {None}, 60)
+        deadline = time.time() + 30
+        while (claimed := live.submit_status()).returncode != 0:
+            assert time.time() < deadline, claimed.stderr
+            time.sleep(0.5)
+        assert "CLAIMED" in claimed.stdout, claimed.stdout
+    finally:
+        live.close()

@@ -1101,7 +1101,8 @@ def test_prometheus_rule_alerts_on_what_an_operator_must_act_on():
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     for alert in ("OncegateOutboxEventsWaiting", "OncegateOutboxEventsQuarantined", "OncegateRedisBreakerOpen",
                   "OncegateRelayBrokerUnreachable", "OncegateAuditRowsDropped", "OncegateReconciliationMismatch",
-                  "OncegatePurgeLagging", "OncegatePrivilegedDatabaseRole", "OncegateReconciliationStale"):
+                  "OncegatePurgeLagging", "OncegatePrivilegedDatabaseRole", "OncegateReconciliationStale",
+                  "OncegateNoSynchronousStandby"):
         r = rules[alert]
         assert f'namespace="{NAMESPACE}"' in r["expr"], f"{alert} is scoped to the release"
         assert r["labels"]["severity"] in {"warning", "critical"}, alert
@@ -1137,6 +1138,7 @@ NOT_SCRAPED_HERE = {
     "oncegate_tier_errors_total": "a failing tier",
     "oncegate_group_commit_fallbacks_total": "a batch failing on a lock",
     "oncegate_redis_breaker_state": "Redis (driven too when one answers on 127.0.0.1:6379)",
+    "oncegate_sync_standby_shortfall": "Postgres with ONCEGATE_REQUIRE_SYNC_REPLICA (test_alerts.py drives it live)",
 }
 
 

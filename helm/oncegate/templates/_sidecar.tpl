@@ -58,7 +58,7 @@ stopped after the consumer).
       value: "true"
     - name: ONCEGATE_DB_POOL_SIZE
       value: {{ $v.database.poolSize | quote }}
-    # exit 64 at start unless commits wait for a synchronous standby
+    # claims refused (UNAVAILABLE, Gate NOT_SERVING) while no synchronous standby confirms commits
     - name: ONCEGATE_REQUIRE_SYNC_REPLICA
       value: {{ $v.database.requireSyncReplica | quote }}
     {{- else }}
