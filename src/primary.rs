@@ -151,9 +151,23 @@ impl PrimaryWatch {
 
     /// A connection read `seen` with a query sent at `sent`: confirms it,
     /// or — a different server than before — moves to a new epoch first
-    /// (counted and logged). Returns whether the epoch moved.
+    /// (counted and logged). Returns whether the epoch moved. A read sent
+    /// before the latest confirmation that names another server is stale
+    /// (an old primary answering late) and ignored.
     pub fn observe(&self, seen: ServerIdentity, sent: Instant) -> bool {
         let mut state = self.lock();
+        if let (Some(known), Some(at)) = (state.identity, state.confirmed_at)
+            && known != seen
+            && sent < at
+        {
+            // Sent before a read that already saw `known`: an answer from
+            // the old server arriving late says nothing about today.
+            tracing::info!(
+                timeline = seen.timeline,
+                "a stale identity read (sent before the latest confirmation) ignored"
+            );
+            return false;
+        }
         state.confirmed_at = Some(state.confirmed_at.map_or(sent, |at| at.max(sent)));
         let moved = match state.identity {
             Some(known) if known == seen => false,
@@ -304,6 +318,23 @@ mod tests {
         assert_eq!(w.trusted(), None);
         w.observe(A, Instant::now());
         assert!(w.trusted().is_some(), "a new confirmation resumes");
+    }
+
+    /// An answer from the old primary that arrives after the new one was
+    /// confirmed (sent earlier) does not move the epoch back to it.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_answer_from_the_old_server_is_ignored() {
+        let w = PrimaryWatch::new(false);
+        w.set_confirmation_lease(Duration::from_millis(1000));
+        let old_sent = Instant::now();
+        w.observe(A, old_sent);
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let promoted = ServerIdentity { timeline: 2, ..A };
+        assert!(w.observe(promoted, Instant::now()));
+        assert!(!w.observe(A, old_sent), "stale: sent before the confirmation");
+        let e = w.trusted().expect("still confirmed");
+        assert_eq!((e.generation, &*e.tag), (1, "6579714265a80001.2"));
+        assert_eq!(w.identity(), Some(promoted));
     }
 
     #[test]
