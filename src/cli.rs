@@ -526,6 +526,10 @@ mod tests {
             config.primary_probe.cache_window(),
             std::time::Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn a_pooler_needs_postgres_and_the_probe_a_timeout() {
         let sqlite = ["oncegate", "serve", "--db-pooler", "transaction"];
         assert!(
             resolve(&sqlite)

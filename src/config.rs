@@ -777,15 +777,7 @@ impl ServeArgs {
     pub fn app_config(&self) -> Result<AppConfig, ConfigError> {
         self.check_limits()?;
         let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
-        let mut store = self.store.settings(u32::MAX)?;
-        store.require_sync_standby = self.require_sync_replica;
-        store.pooler = match self.db_pooler {
-            DbPooler::None => Pooler::None,
-            DbPooler::Transaction => Pooler::Transaction,
-        };
-        self.check_least_privilege(&store)?;
-        self.check_sync_replica(&store)?;
-        self.check_pooler(&store)?;
+        let store = self.store_settings()?;
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
             reconcile: self.reconcile_settings(&retention, &instance)?,
@@ -796,10 +788,7 @@ impl ServeArgs {
             store,
             migrate_on_start: self.migrate_on_start,
             startup_timeout: self.startup_timeout,
-            primary_probe: ProbeSettings {
-                interval: positive(self.primary_probe_interval, "ONCEGATE_PRIMARY_PROBE_INTERVAL")?,
-                timeout: positive(self.primary_probe_timeout, "ONCEGATE_PRIMARY_PROBE_TIMEOUT")?,
-            },
+            primary_probe: self.probe_settings()?,
             listen: self.listen,
             health_listen: self.health_listen,
             metrics_listen: self.metrics_listen,
@@ -835,6 +824,29 @@ impl ServeArgs {
             },
             effects: self.effects.settings(self.l1_ttl)?,
             instance,
+        })
+    }
+
+    /// The store's settings as `serve` uses them, checked: least privilege,
+    /// the synchronous standby, the pooler.
+    fn store_settings(&self) -> Result<StoreSettings, ConfigError> {
+        let mut store = self.store.settings(u32::MAX)?;
+        store.require_sync_standby = self.require_sync_replica;
+        store.pooler = match self.db_pooler {
+            DbPooler::None => Pooler::None,
+            DbPooler::Transaction => Pooler::Transaction,
+        };
+        self.check_least_privilege(&store)?;
+        self.check_sync_replica(&store)?;
+        self.check_pooler(&store)?;
+        Ok(store)
+    }
+
+    /// The identity probe's interval and timeout, each above zero.
+    fn probe_settings(&self) -> Result<ProbeSettings, ConfigError> {
+        Ok(ProbeSettings {
+            interval: positive(self.primary_probe_interval, "ONCEGATE_PRIMARY_PROBE_INTERVAL")?,
+            timeout: positive(self.primary_probe_timeout, "ONCEGATE_PRIMARY_PROBE_TIMEOUT")?,
         })
     }
 
