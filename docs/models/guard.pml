@@ -11,7 +11,8 @@
  * non-strict synchronous_mode, an operator), cut or restore the standby's
  * stream, set or reset `synchronous_commit = local` for the app role.
  *
- * Postgres as modelled (PG 13-17, verified on the servers the tests run):
+ * Postgres as modelled (the reload timing measured on PostgreSQL 15: README,
+ * "A Postgres standby must be synchronous"):
  * - A reload is signalled by the postmaster to every session first and to
  *   the checkpointer last; a session takes it up before its next message
  *   (never within one); the checkpointer then updates the shared
