@@ -36,7 +36,12 @@ are a downstream record, not a submission: they carry no
 submission_timestamp or payload, and this consumer would dead-letter them as
 MALFORMED. A message's `message_id` header (or `event_id`) is echoed in the
 output lines. Each handled message is printed to stdout as one JSON line, before
-its offset is committed; logs go to stderr. Payloads are never logged.
+its offset is committed; and before each offset commit (a commit of decided
+offsets, or a dead letter's transaction) a line `{"consumer": …, "commit":
+[[partition, next offset], …]}` says what is about to be committed: a decision
+printed after the last commit line covering its partition was not committed
+(the message is read again after a crash). Logs go to stderr. Payloads are
+never logged.
 
     python kafka_consumer.py --bootstrap-servers kafka:9092 --topic grants \\
         --group grants-workers --dead-letter-topic grants.dead --consumer "$POD_NAME"
@@ -218,6 +223,7 @@ class KafkaGateConsumer:
             return True
         offsets = [TopicPartition(t, p, self.decided.pop((t, p))) for t, p in tps]
         self.since_commit = 0
+        self.emit_commit(offsets)
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
             return True
@@ -232,6 +238,7 @@ class KafkaGateConsumer:
                                                ("oncegate_error_message", reason.encode()),
                                                ("oncegate_source", f"{msg.topic()}/{msg.partition()}/{msg.offset()}".encode())]
         offsets = [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)]
+        self.emit_commit(offsets)
         try:
             self.producer.begin_transaction()
             self.producer.produce(self.a.dead_letter_topic, key=msg.key(), value=msg.value(), headers=headers)
@@ -256,6 +263,13 @@ class KafkaGateConsumer:
         log.error("dead-lettered partition=%d offset=%d code=%s reason=%s",
                   msg.partition(), msg.offset(), code, reason)
         self.emit(msg, outcome="DEAD_LETTER", code=code, message=reason, committed=done)
+
+    def emit_commit(self, offsets: list[TopicPartition]) -> None:
+        """The commit line: printed before the commit is sent, so every
+        decision printed after it (on its partitions) is certainly not covered
+        by it."""
+        line = {"consumer": self.a.consumer, "commit": [[o.partition, o.offset] for o in offsets]}
+        print(json.dumps(line), flush=True)
 
     def emit(self, msg: Message, **fields) -> None:
         headers = {k: v.decode(errors="replace") for k, v in (msg.headers() or []) if v is not None}
