@@ -8,6 +8,7 @@ does not exist; when it exists they run for real and fail on any misbehaviour.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -50,9 +51,47 @@ def oncegate_bin() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range (32768-60999
+    on Linux): a port from bind(0) is one any outgoing connection (to Kafka,
+    Redis, the sidecar) may take between our release and the sidecar's bind,
+    or while a sidecar stopped mid-test is away from it."""
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+def seed_from_env() -> int:
+    """The seed of a test's random data: ONCEGATE_TEST_SEED when set (to
+    replay a failure), else a fresh one."""
+    value = os.environ.get("ONCEGATE_TEST_SEED", "").strip()
+    if value:
+        return int(value)
+    return random.SystemRandom().randrange(1, 2**32)
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A random test's seed, printed at once and named again in its failure
+    report: ONCEGATE_TEST_SEED=<it> replays the data."""
+    value = seed_from_env()
+    request.node.oncegate_seed = value
+    print(f"ONCEGATE_TEST_SEED={value}")
+    return value
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    value = getattr(item, "oncegate_seed", None)
+    if value is not None and report.failed:
+        report.sections.append(("seed", f"replay with: ONCEGATE_TEST_SEED={value} pytest '{item.nodeid}'"))
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

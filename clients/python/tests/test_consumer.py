@@ -98,11 +98,9 @@ def entry_fields(s: Submission) -> dict[bytes, bytes]:
 
 
 def test_consumer_exactly_once_with_redeliveries_and_a_killed_consumer(
-    sidecar, sync_gate, redis_client, redis_url, stream_name, unique
+    sidecar, sync_gate, redis_client, redis_url, stream_name, unique, seed
 ):
     r, gate = redis_client, sync_gate
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"consumer test seed {seed}")
     rng = random.Random(seed)
     awards = [f"AWD-{unique}-{i}" for i in range(6)] + [f"Förderung-{unique}-🚀"]
     subs = [random_submission(rng, award_id=rng.choice(awards)) for _ in range(150)]

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import random
 import subprocess
 
 import pytest
 
-from conftest import start_sidecar
+from conftest import seed_from_env, start_sidecar
 from helpers import random_submission
 from oncegate import Outcome, Submission, derive_idempotency_key
 
 pytestmark = pytest.mark.sidecar
 
 N = 1000
-SEED = int(os.environ.get("ONCEGATE_TEST_SEED", "0")) or random.SystemRandom().randrange(1, 2**32)
+SEED = seed_from_env()
 
 
 @pytest.fixture(scope="module")

@@ -209,15 +209,14 @@ def body_of(s: Submission) -> bytes:
 
 
 def test_rabbitmq_consumers_killed_and_cut_off_still_give_an_exact_ledger(
-    oncegate_bin, tmp_path, amqp_url, aio_loop, unique
+    oncegate_bin, tmp_path, amqp_url, aio_loop, unique, seed
 ):
     import aio_pika
 
     started = time.monotonic()
     example = load_example()
     ctl = Rabbitmqctl()
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"rabbitmq consumer test seed {seed}; rabbitmqctl {'available' if ctl.available else 'NOT available'}")
+    print(f"rabbitmqctl {'available' if ctl.available else 'NOT available'}")
     rng = random.Random(seed)
     queue_name = f"oncegate-test.{unique}"
     settings = example.Settings(amqp_url=amqp_url, queue=queue_name, consumer="pytest")
