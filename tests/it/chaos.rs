@@ -498,10 +498,11 @@ async fn chaos(seconds: u64) {
         next: AtomicU64::new(0),
         run: unique(""),
     });
+    let seed = test_seed();
     let began = Instant::now();
     let until = began + Duration::from_secs(seconds);
     let consumers: Vec<_> = (0..WORKERS as u64)
-        .map(|w| tokio::spawn(consumer(shared.clone(), 0x5eed + w, until)))
+        .map(|w| tokio::spawn(consumer(shared.clone(), seed.wrapping_add(w), until)))
         .collect();
     cluster.inject(Duration::from_secs(3), until).await;
     for c in consumers {

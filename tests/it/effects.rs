@@ -760,7 +760,7 @@ async fn records_past_retention_are_purged_in_batches(kind: Kind) {
 }
 
 fn oncegate(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = std::process::Command::new(oncegate_bin())
         .args(args)
         .env_clear()
         .output()

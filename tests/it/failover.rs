@@ -133,7 +133,7 @@ pub(crate) async fn health(addr: SocketAddr, service: &str) -> String {
 }
 
 pub(crate) async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    let mut cmd = tokio::process::Command::new(oncegate_bin());
     cmd.args(args)
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")

@@ -25,6 +25,32 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+/// The `oncegate` binary the tests run: `ONCEGATE_TEST_BIN` when set (the
+/// flake hunt runs a copy, so that a build meanwhile does not change the
+/// binary under it), else the one cargo built with these tests.
+pub fn oncegate_bin() -> std::path::PathBuf {
+    match std::env::var_os("ONCEGATE_TEST_BIN") {
+        Some(path) if !path.is_empty() => path.into(),
+        _ => env!("CARGO_BIN_EXE_oncegate").into(),
+    }
+}
+
+/// The seed of a random test: `ONCEGATE_TEST_SEED` when set (to replay a
+/// failure), else a fresh one. Printed on the test's own output, which a
+/// failure shows: `ONCEGATE_TEST_SEED=<it> scripts/test <test name>` draws the
+/// same data again.
+pub fn test_seed() -> u64 {
+    let seed = match std::env::var("ONCEGATE_TEST_SEED") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse()
+            .expect("ONCEGATE_TEST_SEED is a number (as a test printed it)"),
+        _ => rand::random(),
+    };
+    println!("ONCEGATE_TEST_SEED={seed}");
+    seed
+}
+
 /// Opens a store by URL, as the binary does.
 pub async fn open_store(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, oncegate::error::StoreError> {
     oncegate::store::open(&oncegate::store::StoreSettings::new(url, pool_size)).await
@@ -607,7 +633,7 @@ impl Sidecar {
             .join(unique("oncegate-sidecar-"))
             .with_extension("log");
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
+        let mut cmd = tokio::process::Command::new(oncegate_bin());
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -174,7 +174,11 @@ fn raw_submission() -> impl Strategy<Value = pb::Submission> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 3000,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(crate::helpers::test_seed()),
+        ..ProptestConfig::default()
+    })]
 
     /// Validation never panics; a valid submission's derived key is the
     /// reference, 64 lowercase hex and deterministic; an invalid one is

@@ -64,7 +64,7 @@ async fn a_bad_sink_url_exits_64_naming_it() {
     for (url, says) in cases {
         let out = tokio::time::timeout(
             Duration::from_secs(20),
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            tokio::process::Command::new(oncegate_bin())
                 .arg("serve")
                 .env_clear()
                 .env("ONCEGATE_RELAY_SINK", url)
@@ -388,7 +388,7 @@ fn event_id_of(e: &BrokerEntry) -> Option<String> {
 
 /// `oncegate outbox list` for `db`, reading the relay's state from `app`.
 async fn outbox_list(db: &TestDb, app: &Sidecar) -> String {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(oncegate_bin())
         .args(["outbox", "list", "--metrics", &app.metrics_addr.to_string()])
         .env_clear()
         .env("DATABASE_URL", &db.url)
@@ -707,7 +707,7 @@ async fn kafka_relay_sigkilled_mid_stream_publishes_every_event_once() {
 /// `oncegate reconcile` of `db` against the Kafka `topic`: exit code, and
 /// its output (stdout, then stderr).
 async fn reconcile_topic(db: &TestDb, topic: &str) -> (Option<i32>, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(oncegate_bin())
         .args(["reconcile", "--sink", &kafka_url(), "--stream", topic])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -2,6 +2,7 @@
 //! computed independently by Python's hashlib (`clients/vectors/make_vectors.py`)
 //! and read by every client's tests too.
 
+use crate::helpers::oncegate_bin;
 use crate::vectors::{KeyVector, key_vectors};
 use oncegate::key::{derive_key, payload_digest};
 use oncegate::submission::{Limits, Submission};
@@ -57,7 +58,7 @@ fn the_key_subcommand_prints_the_same_keys() {
         .into_iter()
         .filter(|v| v.payload_repeat == 1)
         .collect();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let mut child = std::process::Command::new(oncegate_bin())
         .args(["key", "--jsonl"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -98,7 +98,7 @@ async fn oncegate(db: &TestDb, args: &[&str]) -> (i32, String) {
 
 /// The real binary against the store at `url`.
 async fn oncegate_at(url: &str, args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(oncegate_bin())
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -326,8 +326,9 @@ async fn reconcile_is_clean_after_concurrent_submitters_and_redeliveries(kind: K
             .collect::<Vec<_>>(),
     );
     let delivered = Arc::new(Mutex::new(Delivered::default()));
+    let seed = test_seed();
     let tasks: Vec<_> = (0..6)
-        .map(|seed| tokio::spawn(submitter(addrs.clone(), delivered.clone(), seed)))
+        .map(|i| tokio::spawn(submitter(addrs.clone(), delivered.clone(), seed.wrapping_add(i))))
         .collect();
     for t in tasks {
         t.await.unwrap();

@@ -638,7 +638,7 @@ async fn the_grant_function_refuses_a_superuser_the_owner_and_a_missing_role() {
 
 /// Runs the real binary to completion; its exit code and standard error.
 async fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    let mut cmd = tokio::process::Command::new(oncegate_bin());
     cmd.args(args)
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")

@@ -579,7 +579,7 @@ async fn relay_subcommand_drains_the_outbox_and_stops_on_sigterm() {
     outbox_of(&db, &["AWD-S1", "AWD-S2"], 3).await;
     let stream = unique("og-it-cmd-");
     let mport = free_port();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let mut child = tokio::process::Command::new(oncegate_bin())
         .arg("relay")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -615,7 +615,7 @@ async fn app_role_with_the_documented_grants_cannot_change_the_trail_but_can_pur
 }
 
 async fn run_purge(db: &TestDb) -> (std::process::ExitStatus, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(oncegate_bin())
         .arg("purge")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

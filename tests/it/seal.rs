@@ -168,7 +168,7 @@ async fn assert_each_row_sealed_once(db: &TestDb) {
 
 /// The binary: exit code and stdout.
 async fn binary(args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(oncegate_bin())
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -74,7 +74,7 @@ async fn the_binary_listens_on_loopback_when_no_address_is_configured() {
     let log = std::env::temp_dir()
         .join(unique("oncegate-default-bind-"))
         .with_extension("log");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let mut child = tokio::process::Command::new(oncegate_bin())
         .arg("serve")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
