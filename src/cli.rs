@@ -8,6 +8,24 @@
 //! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
 //! - `audit seal`, `audit verify`, `audit export` (the sealed trail): [`audit`].
 
+/// `println!` that hands the write's error back instead of panicking: a
+/// closed stdout (`oncegate … | head -1`) ends the command through `main`,
+/// quietly (see [`is_closed_pipe`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `print!` as [`out!`] is `println!`.
+macro_rules! out_text {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 pub mod audit;
 pub mod bench;
 pub mod effect;
@@ -207,6 +225,16 @@ impl Command {
     }
 }
 
+/// Whether `e` is a write to a stdout its reader closed (`oncegate … | head
+/// -1`): not a failure to report, the end of the command.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Runs one resolved subcommand.
 pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
     match job {
@@ -283,6 +311,8 @@ fn key(args: KeyArgs) -> anyhow::Result<ExitCode> {
         }
     };
     writeln!(out, "{}", crate::key::derive_key(&award_id, &timestamp, &payload))?;
+    // (Dropping a BufWriter drops a write error with it.)
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -304,6 +334,7 @@ fn keys_from_jsonl(out: &mut impl Write) -> anyhow::Result<ExitCode> {
             crate::key::derive_key(&k.award_id, &k.submission_timestamp, &payload)
         )?;
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -312,12 +343,15 @@ async fn purge(settings: StoreSettings, policy: RetentionPolicy) -> anyhow::Resu
     crate::retention::check_floor(&*store, &policy).await?;
     let report = Retention::new(store, policy).step().await.context("purging")?;
     if report.ran {
-        println!(
+        out!(
             "purged claims={} audit={} outbox={} effects={}",
-            report.claims_deleted, report.audit_deleted, report.outbox_deleted, report.effects_deleted
-        );
+            report.claims_deleted,
+            report.audit_deleted,
+            report.outbox_deleted,
+            report.effects_deleted
+        )?;
     } else {
-        println!("skipped: another instance is purging");
+        out!("skipped: another instance is purging")?;
     }
     Ok(ExitCode::SUCCESS)
 }

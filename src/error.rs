@@ -7,6 +7,13 @@ use tonic::{Code, Status};
 /// Exit code for invalid configuration (EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
 
+/// Exit code when stdout was closed under a command (`oncegate … | head -1`):
+/// 128 + SIGPIPE, what a shell reports for a program a closed pipe ended, so a
+/// script under `set -o pipefail` sees that the output was cut short, as it
+/// does for `yes | head -1`, and a report cut short (`reconcile`, `audit
+/// verify`) never reads as a clean one. No message: the reader chose to stop.
+pub const EXIT_CLOSED_PIPE: u8 = 141;
+
 /// A setting that is missing, malformed or contradicts another; the message
 /// names the setting. The process exits with [`EXIT_CONFIG`], before any
 /// port is bound.

@@ -3,7 +3,7 @@
 use clap::Parser;
 use oncegate::cli::Cli;
 use oncegate::config::LogFormat;
-use oncegate::error::{ConfigError, EXIT_CONFIG};
+use oncegate::error::{ConfigError, EXIT_CLOSED_PIPE, EXIT_CONFIG};
 use oncegate::log_writer;
 use oncegate::telemetry;
 use std::process::ExitCode;
@@ -58,15 +58,16 @@ fn main() -> ExitCode {
     let _log_guard = init_tracing(format, level, traces.as_ref());
     let code = match runtime.block_on(oncegate::cli::run(job)) {
         Ok(code) => code,
+        // The reader closed stdout (`| head -1`): the usual status, no message.
+        Err(e) if oncegate::cli::is_closed_pipe(&e) => ExitCode::from(EXIT_CLOSED_PIPE),
         // A setting only the running system can check (a privileged
         // database role, a retention below the database's floor).
         Err(e) if e.downcast_ref::<ConfigError>().is_some() => {
-            eprintln!("error: {e:#}");
+            report(format, &e);
             ExitCode::from(EXIT_CONFIG)
         }
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "oncegate failed");
-            eprintln!("error: {e:#}");
+            report(format, &e);
             ExitCode::FAILURE
         }
     };
@@ -75,6 +76,16 @@ fn main() -> ExitCode {
         traces.shutdown();
     }
     code
+}
+
+/// An error, once: a log record when the logs are JSON (a collector reads
+/// one stream of records), else an `error:` line on stderr (where the text
+/// logs go too: the two would say the same thing twice).
+fn report(format: LogFormat, e: &anyhow::Error) {
+    match format {
+        LogFormat::Json => tracing::error!(error = format!("{e:#}"), "oncegate failed"),
+        LogFormat::Text => eprintln!("error: {e:#}"),
+    }
 }
 
 /// The OTLP trace exporter when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.

@@ -162,11 +162,11 @@ pub async fn run(job: AuditJob) -> anyhow::Result<ExitCode> {
         AuditJob::Export(store, range, out) => export(store, range, out).await,
         AuditJob::Keygen(out) => {
             let id = signing::keygen(&out).map_err(anyhow::Error::msg)?;
-            println!(
+            out!(
                 "wrote {} (private, mode 0600) and {} (public); key id {id}",
                 out.display(),
                 signing::public_path(&out).display()
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -248,22 +248,22 @@ async fn seal(store: StoreSettings, settings: SealSettings) -> anyhow::Result<Ex
             seals: Some((first, last)),
             rows,
             head,
-        } => println!(
+        } => out!(
             "sealed {} into {}; {}",
             verify::count(rows, "audit row"),
             verify::seal_range(first, last),
             latest(&head)
-        ),
+        )?,
         SealRun::Sealed {
             seals: None, head, ..
-        } => println!("nothing new to seal; {}", latest(&head)),
-        SealRun::Busy => println!("skipped: another instance is sealing"),
-        SealRun::Raced => println!("skipped: another sealer sealed these rows first"),
+        } => out!("nothing new to seal; {}", latest(&head))?,
+        SealRun::Busy => out!("skipped: another instance is sealing")?,
+        SealRun::Raced => out!("skipped: another sealer sealed these rows first")?,
         SealRun::Deferred { writers } => {
-            println!(
+            out!(
                 "deferred: {writers} open transactions may still add audit rows below the boundary; \
                  nothing sealed (raise ONCEGATE_AUDIT_SEAL_WAIT or run again)"
-            );
+            )?;
             return Ok(ExitCode::from(EXIT_DEFERRED));
         }
     }
@@ -300,7 +300,7 @@ async fn verify(source: Source, range: TimeRange, checks: Checks) -> anyhow::Res
             .await
             .with_context(|| format!("verifying the export {}", path.display()))?,
     };
-    println!("{report}");
+    out!("{report}")?;
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {
@@ -315,16 +315,16 @@ async fn export(settings: StoreSettings, range: TimeRange, out: PathBuf) -> anyh
         .context("exporting the audit trail")?;
     match summary.latest {
         Some((seq, digest)) => {
-            println!(
+            out!(
                 "exported {}, {}; latest digest: seal {seq} {digest}",
                 verify::count(summary.seals, "seal"),
                 verify::count(summary.rows, "row")
-            );
+            )?;
             for file in &summary.files {
-                println!("  {}", file.display());
+                out!("  {}", file.display())?;
             }
         }
-        None => println!("nothing to export: no seals in the range"),
+        None => out!("nothing to export: no seals in the range")?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@
 //! per deciding tier, and with `--database-url` checks the ledger afterwards
 //! (disbursements = unique submissions, totals exact), exiting 2 on a mismatch.
 
+use crate::cli::remote::{Target, TargetParser};
 use crate::error::ConfigError;
 mod effects;
 
@@ -22,13 +23,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// The sidecar (or echo server) to drive.
-    #[arg(long, default_value = "http://127.0.0.1:50051")]
-    pub target: String,
+    /// The sidecar (or echo server) to drive: host:port, or http(s)://host:port.
+    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
+    pub target: Target,
     /// Concurrent clients (each one request at a time).
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
@@ -259,15 +260,16 @@ async fn client_loop(
     stats
 }
 
-async fn channels(target: &str, n: usize) -> anyhow::Result<Vec<Channel>> {
+async fn channels(target: &Target, n: usize) -> anyhow::Result<Vec<Channel>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
         out.push(
-            Endpoint::from_shared(target.to_string())?
+            target
+                .endpoint()
                 .tcp_nodelay(true)
                 .connect()
                 .await
-                .with_context(|| format!("connecting to {target}"))?,
+                .with_context(|| format!("connecting to the sidecar at {target} (--target)"))?,
         );
     }
     Ok(out)
@@ -317,9 +319,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let report = Report::new(&args, elapsed, &total, ledger);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.json())?);
+        out!("{}", serde_json::to_string_pretty(&report.json())?)?;
     } else {
-        report.print();
+        report.print()?;
     }
     Ok(match report.ledger {
         Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
@@ -353,9 +355,9 @@ async fn run_effects(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let report = Report::new(&args, started.elapsed(), &total, None);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.json())?);
+        out!("{}", serde_json::to_string_pretty(&report.json())?)?;
     } else {
-        report.print();
+        report.print()?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -518,8 +520,8 @@ impl Report {
         n as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn print(&self) {
-        println!(
+    fn print(&self) -> std::io::Result<()> {
+        out!(
             "{}: {} clients, {:.1}s: {} deliveries = {:.0}/s (fresh claims {:.0}/s, duplicates {:.0}/s); retries {}; errors {:?}",
             self.label,
             self.clients,
@@ -530,24 +532,35 @@ impl Report {
             self.rate(self.duplicates),
             self.retries,
             self.errors
-        );
-        println!(
+        )?;
+        out!(
             "  {:<16} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "latency (ms)", "count", "p50", "p90", "p99", "p99.9"
-        );
+            "latency (ms)",
+            "count",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9"
+        )?;
         for (k, n, q) in &self.latency {
-            println!(
+            out!(
                 "  {:<16} {:>9} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                k, n, q[0], q[1], q[2], q[3]
-            );
+                k,
+                n,
+                q[0],
+                q[1],
+                q[2],
+                q[3]
+            )?;
         }
         if let Some(l) = &self.ledger {
-            println!(
+            out!(
                 "  ledger: {} — {}",
                 if l.ok { "OK" } else { "MISMATCH" },
                 l.detail
-            );
+            )?;
         }
+        Ok(())
     }
 
     fn json(&self) -> serde_json::Value {

@@ -3,6 +3,7 @@
 //! read from the database: state, attempt, lease, response; never the
 //! request, which is not stored).
 
+use crate::cli::remote::{Target, TargetParser, print_status};
 use crate::config::StoreArgs;
 use crate::error::ConfigError;
 use crate::pb;
@@ -44,8 +45,9 @@ pub struct RecordArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct BeginArgs {
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "http://127.0.0.1:50051")]
-    pub target: String,
+    /// The sidecar's address: host:port, or http(s)://host:port.
+    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
+    pub target: Target,
     #[command(flatten)]
     pub record: RecordArgs,
     /// The request text (hashed into the fingerprint, never stored).
@@ -63,8 +65,9 @@ pub struct BeginArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CompleteArgs {
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "http://127.0.0.1:50051")]
-    pub target: String,
+    /// The sidecar's address: host:port, or http(s)://host:port.
+    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
+    pub target: Target,
     #[command(flatten)]
     pub record: RecordArgs,
     #[arg(long)]
@@ -78,8 +81,9 @@ pub struct CompleteArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ReleaseArgs {
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "http://127.0.0.1:50051")]
-    pub target: String,
+    /// The sidecar's address: host:port, or http(s)://host:port.
+    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
+    pub target: Target,
     #[command(flatten)]
     pub record: RecordArgs,
     #[arg(long)]
@@ -126,10 +130,8 @@ pub async fn run(job: EffectJob) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn connect(target: &str) -> anyhow::Result<EffectsClient<tonic::transport::Channel>> {
-    EffectsClient::connect(target.to_string())
-        .await
-        .with_context(|| format!("connecting to {target}"))
+async fn connect(target: &Target) -> anyhow::Result<EffectsClient<tonic::transport::Channel>> {
+    Ok(EffectsClient::new(target.connect().await?))
 }
 
 fn bytes_of(text: &Option<String>, file: &Option<PathBuf>) -> anyhow::Result<Vec<u8>> {
@@ -138,11 +140,6 @@ fn bytes_of(text: &Option<String>, file: &Option<PathBuf>) -> anyhow::Result<Vec
         (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
         (None, None) => Vec::new(),
     })
-}
-
-fn print_status(s: &tonic::Status) -> ExitCode {
-    eprintln!("{:?}: {}", s.code(), s.message());
-    ExitCode::from(1)
 }
 
 async fn begin(a: BeginArgs) -> anyhow::Result<ExitCode> {
@@ -163,15 +160,16 @@ async fn begin(a: BeginArgs) -> anyhow::Result<ExitCode> {
     };
     match outcome {
         Some(pb::begin_response::Outcome::Acquired(l)) => {
-            println!("ACQUIRED attempt={} lease_token={}", l.attempt, l.lease_token);
+            out!("ACQUIRED attempt={} lease_token={}", l.attempt, l.lease_token)?;
         }
         Some(pb::begin_response::Outcome::Completed(c)) => {
             let tier = pb::Tier::try_from(c.decided_by).map_or("?", |t| t.as_str_name());
-            println!(
+            out!(
                 "COMPLETED attempt={} completed_at={} by {tier}",
-                c.attempt, c.completed_at
-            );
-            println!("{}", String::from_utf8_lossy(&c.response));
+                c.attempt,
+                c.completed_at
+            )?;
+            out!("{}", String::from_utf8_lossy(&c.response))?;
         }
         None => anyhow::bail!("the sidecar answered Begin without an outcome"),
     }
@@ -188,7 +186,7 @@ async fn complete(a: CompleteArgs) -> anyhow::Result<ExitCode> {
     };
     match client.complete(request).await {
         Ok(r) => {
-            println!("COMPLETED completed_at={}", r.into_inner().completed_at);
+            out!("COMPLETED completed_at={}", r.into_inner().completed_at)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(s) => Ok(print_status(&s)),
@@ -205,7 +203,7 @@ async fn release(a: ReleaseArgs) -> anyhow::Result<ExitCode> {
     };
     match client.release(request).await {
         Ok(_) => {
-            println!("RELEASED");
+            out!("RELEASED")?;
             Ok(ExitCode::SUCCESS)
         }
         Err(s) => Ok(print_status(&s)),
@@ -220,25 +218,25 @@ async fn get(settings: StoreSettings, record: RecordArgs) -> anyhow::Result<Exit
         .await
         .context("reading the record")?
     else {
-        println!("not found");
+        out!("not found")?;
         return Ok(ExitCode::from(1));
     };
     let when = |t: Option<time::OffsetDateTime>| t.map_or("-".to_string(), crate::time_fmt::rfc3339);
-    println!(
+    out!(
         "{} attempt={} lease_expires_at={} updated_at={}",
         r.state.to_uppercase(),
         r.attempt,
         when(r.lease_expires_at),
         crate::time_fmt::rfc3339(r.updated_at)
-    );
+    )?;
     if let Some(c) = r.completed {
-        println!(
+        out!(
             "  completed_at={} response_bytes={} response_sha256={}",
             crate::time_fmt::rfc3339(c.completed_at),
             c.response.len(),
             crate::key::payload_digest(&c.response)
-        );
-        println!("{}", String::from_utf8_lossy(&c.response));
+        )?;
+        out!("{}", String::from_utf8_lossy(&c.response))?;
     }
     Ok(ExitCode::SUCCESS)
 }

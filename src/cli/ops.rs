@@ -317,9 +317,9 @@ async fn reconcile(
     match report {
         Ok(report) => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                out!("{}", serde_json::to_string_pretty(&report)?)?;
             } else {
-                print!("{report}");
+                out_text!("{report}")?;
             }
             Ok(ExitCode::from(if report.clean { 0 } else { 1 }))
         }
@@ -365,9 +365,9 @@ async fn inspect(store: &dyn Store, target: Inspect, json: bool) -> anyhow::Resu
         Inspect::Key(key) => {
             let k = store.inspect_key(&key).await.context("reading the key")?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&key_json(&k, now))?);
+                out!("{}", serde_json::to_string_pretty(&key_json(&k, now))?)?;
             } else {
-                print!("{}", render_key(&k, now));
+                out_text!("{}", render_key(&k, now))?;
             }
             Ok(ExitCode::from(if k.is_empty() { 1 } else { 0 }))
         }
@@ -383,21 +383,21 @@ async fn inspect(store: &dyn Store, target: Inspect, json: bool) -> anyhow::Resu
             if json {
                 let keys: Vec<_> = inspected.iter().map(|k| key_json(k, now)).collect();
                 let out = serde_json::json!({"award_id": award_id, "balance": balance, "keys": keys});
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                out!("{}", serde_json::to_string_pretty(&out)?)?;
             } else {
                 match &balance {
-                    Some(b) => println!(
+                    Some(b) => out!(
                         "award {award_id}: running total {} cents over {} disbursements, last sequence {}, updated {}",
                         b.total_cents,
                         b.disbursement_count,
                         b.last_sequence,
                         rfc3339(b.updated_at)
-                    ),
-                    None => println!("award {award_id}: no running total"),
+                    )?,
+                    None => out!("award {award_id}: no running total")?,
                 }
-                println!("its {} most recent keys, newest first:", inspected.len());
+                out!("its {} most recent keys, newest first:", inspected.len())?;
                 for k in &inspected {
-                    print!("\n{}", render_key(k, now));
+                    out_text!("\n{}", render_key(k, now))?;
                 }
             }
             Ok(ExitCode::from(if balance.is_none() && keys.is_empty() {
@@ -519,21 +519,21 @@ async fn list(
             "quarantined": stats.quarantined,
             "events": event_views(&events, now),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        out!("{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("relay: {relay}");
-    println!(
+    out!("relay: {relay}")?;
+    out!(
         "outbox: {} waiting to be published (oldest {}), {} quarantined",
         stats.backlog,
         humantime::format_duration(std::time::Duration::from_secs(stats.oldest_age.as_secs())),
         stats.quarantined
-    );
+    )?;
     for e in &events {
-        println!("{}  award {}", event_line(e, now), e.award_id);
+        out!("{}  award {}", event_line(e, now), e.award_id)?;
     }
     if events.len() as i64 == filter.limit {
-        println!("(first {}; --limit shows more)", filter.limit);
+        out!("(first {}; --limit shows more)", filter.limit)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -561,9 +561,9 @@ async fn retry(
     }
     let all_redriven = outcomes.iter().all(|o| matches!(o, RedriveOutcome::Redriven(_)));
     if json {
-        println!("{}", serde_json::to_string_pretty(&retry_json(&outcomes))?);
+        out!("{}", serde_json::to_string_pretty(&retry_json(&outcomes))?)?;
     } else {
-        print_retry(&outcomes, by);
+        print_retry(&outcomes, by)?;
     }
     Ok(ExitCode::from(if all_redriven { 0 } else { 1 }))
 }
@@ -611,37 +611,39 @@ fn retry_json(outcomes: &[RedriveOutcome]) -> serde_json::Value {
     serde_json::json!({ "events": rows })
 }
 
-fn print_retry(outcomes: &[RedriveOutcome], by: &RedriveBy) {
+fn print_retry(outcomes: &[RedriveOutcome], by: &RedriveBy) -> std::io::Result<()> {
     let mut redriven = 0;
     for o in outcomes {
         match o {
             RedriveOutcome::Redriven(e) => {
                 redriven += 1;
-                println!(
+                out!(
                     "redriven        {} award {} sequence {} (after {} failed attempts; last error: {})",
                     e.event_id,
                     e.award_id,
                     e.sequence,
                     e.attempts,
                     e.last_error.as_deref().unwrap_or("none")
-                );
+                )?;
             }
-            RedriveOutcome::NotQuarantined(e) => println!(
+            RedriveOutcome::NotQuarantined(e) => out!(
                 "not quarantined {} ({}): left alone",
                 e.event_id,
                 e.state(OffsetDateTime::now_utc()).as_str()
-            ),
-            RedriveOutcome::NotFound(id) => println!("not found       {id}"),
+            )?,
+            RedriveOutcome::NotFound(id) => out!("not found       {id}")?,
         }
     }
     if redriven == 0 && outcomes.is_empty() {
-        println!("no quarantined events");
+        out!("no quarantined events")?;
     } else {
-        println!(
+        out!(
             "{redriven} event(s) back to pending, audited as redriven by {} ({:?}); the relay publishes them in per-award order",
-            by.actor, by.reason
-        );
+            by.actor,
+            by.reason
+        )?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ macro_rules! on_both_stores {
 
 mod cache_window;
 mod chaos;
+mod cli;
 mod cluster;
 mod effects;
 mod failover;
