@@ -308,7 +308,9 @@ enum Inner {
 
 /// Opens after `threshold` consecutive failures; after the cooldown lets one
 /// probe through; closes on its success, reopens with a doubled cooldown
-/// (capped) on its failure. Logs once per state change.
+/// (capped) on its failure. One WARN when it opens and one INFO when it
+/// closes again, however many probes fail in between (each is counted in
+/// `oncegate_redis_breaker_transitions_total{to="open"}` and logged at DEBUG).
 #[derive(Debug)]
 pub struct Breaker {
     threshold: u32,
@@ -375,15 +377,15 @@ impl Breaker {
 
     pub fn failure(&self) {
         let mut inner = self.lock();
-        let open_for = match *inner {
+        let (open_for, probe_failed) = match *inner {
             Inner::Closed { failures } if failures + 1 < self.threshold => {
                 *inner = Inner::Closed {
                     failures: failures + 1,
                 };
                 return;
             }
-            Inner::Closed { .. } => self.cooldown,
-            Inner::HalfOpen { cooldown } => (cooldown * 2).min(MAX_COOLDOWN),
+            Inner::Closed { .. } => (self.cooldown, false),
+            Inner::HalfOpen { cooldown } => ((cooldown * 2).min(MAX_COOLDOWN), true),
             Inner::Open { .. } => return,
         };
         *inner = Inner::Open {
@@ -392,10 +394,16 @@ impl Breaker {
         };
         metrics::gauge!("oncegate_redis_breaker_state").set(1.0);
         metrics::counter!("oncegate_redis_breaker_transitions_total", "to" => "open").increment(1);
-        tracing::warn!(
-            retry_in_ms = open_for.as_millis() as u64,
-            "redis tier failing; circuit open, serving from the database"
-        );
+        let retry_in_ms = open_for.as_millis() as u64;
+        if probe_failed {
+            // Still the same outage: its WARN went out when the circuit opened.
+            tracing::debug!(retry_in_ms, "redis tier probe failed; circuit stays open");
+        } else {
+            tracing::warn!(
+                retry_in_ms,
+                "redis tier failing; circuit open, serving from the database"
+            );
+        }
     }
 }
 

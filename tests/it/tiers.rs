@@ -210,21 +210,24 @@ async fn redis_down_opens_the_breaker_and_serving_continues_then_resumes() {
 }
 
 /// Redis down when the sidecar starts: claims are served from the store at
-/// once; when Redis comes up the tier heals within one breaker probe — the
-/// client keeps reconnecting instead of giving up after its first try — and
-/// another instance's duplicate is answered from Redis.
+/// once; when Redis comes up the tier heals at the first probe after the
+/// client reconnected — it keeps reconnecting instead of giving up after its
+/// first try, faster than the breaker probes, so at most one probe fails
+/// after Redis is back — and another instance's duplicate is answered from
+/// Redis. (Counted in probes, not seconds: how long the cooldown has grown
+/// by then depends on how many probes failed while Redis was down.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances() {
     let db = TestDb::new(Kind::Postgres).await;
     let mut redis = ThrowawayRedis::start().await;
     redis.stop().await;
-    let cooldown = Duration::from_secs(1);
     let env = |redis: &ThrowawayRedis| {
         vec![
             ("DATABASE_URL", db.url.clone()),
             ("REDIS_URL", redis.url()),
             ("ONCEGATE_REDIS_BREAKER_COOLDOWN", "1s".to_string()),
-            ("ONCEGATE_REDIS_TIMEOUT", "50ms".to_string()),
+            // Met by a loaded machine's Redis; claims still never wait for it.
+            ("ONCEGATE_REDIS_TIMEOUT", "300ms".to_string()),
         ]
     };
     let a = Sidecar::start(&env(&redis)).await;
@@ -243,8 +246,10 @@ async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances(
     let m = a.metrics().await;
     assert_eq!(metric(&m, "oncegate_redis_breaker_state"), Some(1.0), "{m}");
 
+    let opens = |m: &str| metric(m, "oncegate_redis_breaker_transitions_total{to=\"open\"}").unwrap_or(0.0);
     redis.restart().await;
     let up = tokio::time::Instant::now();
+    let opened_before = opens(&a.metrics().await);
     let mut i = 0u32;
     let closed = eventually(Duration::from_secs(10), || {
         i += 1;
@@ -260,9 +265,11 @@ async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances(
     .await;
     let healed = up.elapsed();
     assert!(closed, "breaker closes once Redis answers:\n{}", a.log_text());
+    let failed_probes = opens(&a.metrics().await) - opened_before;
+    println!("healed {healed:?} after Redis was back; probes failed meanwhile: {failed_probes}");
     assert!(
-        healed <= cooldown + Duration::from_millis(800),
-        "healed within one probe interval ({cooldown:?}): took {healed:?}"
+        failed_probes <= 1.0,
+        "the client reconnected before the breaker's next probe: {failed_probes} probes failed after Redis was back"
     );
     let fresh = submission("AWD-RS", TS, b"after", 1);
     let first = c.submit(fresh.clone()).await.unwrap().into_inner();
