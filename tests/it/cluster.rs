@@ -153,6 +153,34 @@ impl RedisCluster {
         None
     }
 
+    /// Waits until every replica of the master on `port` has acknowledged
+    /// everything the master had written when this was called (its
+    /// `offset=` in the master's INFO replication reaches the master's
+    /// `master_repl_offset`).
+    async fn replicated(&self, port: u16, within: Duration) -> bool {
+        let port = port.to_string();
+        let info = redis_cli(&["-p", &port, "info", "replication"]).await;
+        let field = |text: &str, name: &str| -> Option<i64> {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .and_then(|v| v.parse().ok())
+        };
+        let Some(written) = field(&info, "master_repl_offset:") else {
+            return false;
+        };
+        eventually(within, || async {
+            let info = redis_cli(&["-p", &port, "info", "replication"]).await;
+            let acked: Vec<i64> = info
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter_map(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")))
+                .filter_map(|o| o.parse().ok())
+                .collect();
+            !acked.is_empty() && acked.iter().all(|o| *o >= written)
+        })
+        .await
+    }
+
     async fn kill(&mut self, port: u16) {
         let node = self.nodes.iter_mut().find(|(p, _)| *p == port).unwrap();
         if let Some(mut child) = node.1.take() {
@@ -204,8 +232,11 @@ async fn l2_on_redis_cluster_survives_the_failover_of_a_keys_master() {
 
     let key = format!("{prefix}{}", oncegate::key::derive_key("AWD-CLUSTER", TS, b"c0"));
     let master = cluster.master_of(&key).await.expect("the key's master");
-    // Replication is asynchronous: give it a moment before the kill.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Replication is asynchronous: the kill waits until the key's replica has it.
+    assert!(
+        cluster.replicated(master, Duration::from_secs(30)).await,
+        "the replica of {master} acknowledges the master's writes"
+    );
     cluster.kill(master).await;
 
     // During the failover: every redelivery is still the stored result

@@ -300,11 +300,15 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
     *args
 }
 
-/// Adds a Redis L2 with a prefix of its own.
+/// Adds a Redis L2 with a prefix of its own. Its timeout is one a loaded
+/// machine's Redis meets (these tests assert which tier answered, not how
+/// fast: at the production default of 50 ms a CPU-starved test fell back to
+/// the database); the timeout itself is tested in `tiers.rs`.
 pub fn with_redis(mut args: ServeArgs, url: &str, prefix: &str) -> ServeArgs {
     args.redis_url = Some(url.to_string());
     args.redis_key_prefix = prefix.to_string();
     args.redis_breaker_cooldown = Duration::from_millis(300);
+    args.redis_timeout = Duration::from_secs(1);
     args
 }
 
