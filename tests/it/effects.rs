@@ -256,6 +256,29 @@ async fn a_completed_record_is_answered_by_every_tier(kind: Kind) {
     assert_eq!(event, 1, "one effect.completed event from Complete's transaction");
 }
 
+/// A Begin as a caller makes it: again after `UNAVAILABLE`, which the
+/// contract says to retry (32 Begins and their re-reads share a pool of 3
+/// connections per instance: on a starved machine one can wait out the
+/// pool's acquire timeout). Any other error ends it.
+async fn begin_retrying(
+    c: &mut EffectsClient<Channel>,
+    req: pb::BeginRequest,
+) -> Result<Outcome, tonic::Status> {
+    let mut unavailable = 0;
+    loop {
+        match begin(c, req.clone()).await {
+            Err(e) if e.code() == Code::Unavailable && unavailable < 10 => {
+                unavailable += 1;
+                println!(
+                    "Begin answered UNAVAILABLE ({unavailable}), retried: {}",
+                    e.message()
+                );
+            }
+            other => return other,
+        }
+    }
+}
+
 /// (2) 32 concurrent Begins of one key across two instances: exactly one
 /// acquires; when it completes, the other 31 get its response.
 async fn concurrent_begins_across_instances_wait_for_the_one_holder(kind: Kind) {
@@ -268,11 +291,24 @@ async fn concurrent_begins_across_instances_wait_for_the_one_holder(kind: Kind) 
         let addr = if i % 2 == 0 { a.addr } else { b.addr };
         tasks.push(tokio::spawn(async move {
             let mut c = effects_client(addr).await;
-            match begin(&mut c, begin_req("notices", "grantee-7", b"mail", TTL)).await? {
+            match begin_retrying(&mut c, begin_req("notices", "grantee-7", b"mail", TTL)).await? {
                 Outcome::Acquired(lease) => {
                     // Everyone else is waiting by now.
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                    complete(&mut c, "notices", "grantee-7", &lease.lease_token, b"sent #1").await?;
+                    // (Repeating a Complete with the same token and response is idempotent.)
+                    let mut done =
+                        complete(&mut c, "notices", "grantee-7", &lease.lease_token, b"sent #1").await;
+                    for _ in 0..10 {
+                        match &done {
+                            Err(e) if e.code() == Code::Unavailable => {
+                                done =
+                                    complete(&mut c, "notices", "grantee-7", &lease.lease_token, b"sent #1")
+                                        .await
+                            }
+                            _ => break,
+                        }
+                    }
+                    done?;
                     Ok::<_, tonic::Status>(None)
                 }
                 Outcome::Completed(done) => Ok(Some(done.response)),
@@ -281,7 +317,11 @@ async fn concurrent_begins_across_instances_wait_for_the_one_holder(kind: Kind) 
     }
     let mut acquirers = 0;
     for t in tasks {
-        match t.await.unwrap().expect("no Begin sees an error") {
+        match t
+            .await
+            .unwrap()
+            .expect("no Begin sees an error but a retryable UNAVAILABLE")
+        {
             None => acquirers += 1,
             Some(response) => assert_eq!(response, b"sent #1"),
         }
@@ -387,8 +427,22 @@ struct Provider {
 #[derive(Default)]
 struct ProviderState {
     calls: u64,
+    calls_by_key: HashMap<String, u32>,
     performed: HashMap<String, u32>,
     receipts: HashMap<String, String>,
+    /// Armed by [`Provider::hold_next`]: the next effect performed says so
+    /// (its key) and holds its answer until released.
+    hold: Option<(
+        tokio::sync::oneshot::Sender<String>,
+        tokio::sync::oneshot::Receiver<()>,
+    )>,
+}
+
+/// A held answer: `performed` yields the key once the next effect has been
+/// performed (its answer not yet sent); dropping `release` sends it.
+struct Held {
+    performed: tokio::sync::oneshot::Receiver<String>,
+    release: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Provider {
@@ -400,14 +454,22 @@ impl Provider {
                 "/pay/{key}",
                 axum::routing::post(
                     |State(s): State<Arc<Mutex<ProviderState>>>, Path(key): Path<String>| async move {
-                        let mut s = s.lock().unwrap();
-                        s.calls += 1;
-                        if let Some(r) = s.receipts.get(&key) {
-                            return r.clone();
+                        let (receipt, hold) = {
+                            let mut s = s.lock().unwrap();
+                            s.calls += 1;
+                            *s.calls_by_key.entry(key.clone()).or_default() += 1;
+                            if let Some(r) = s.receipts.get(&key) {
+                                return r.clone();
+                            }
+                            *s.performed.entry(key.clone()).or_default() += 1;
+                            let receipt = format!("receipt-{key}-{}", s.calls);
+                            s.receipts.insert(key.clone(), receipt.clone());
+                            (receipt, s.hold.take())
+                        };
+                        if let Some((performed, release)) = hold {
+                            let _ = performed.send(key);
+                            let _ = release.await;
                         }
-                        *s.performed.entry(key.clone()).or_default() += 1;
-                        let receipt = format!("receipt-{key}-{}", s.calls);
-                        s.receipts.insert(key, receipt.clone());
                         receipt
                     },
                 ),
@@ -419,6 +481,14 @@ impl Provider {
             let _ = axum::serve(listener, app).await;
         });
         Self { addr, state, task }
+    }
+
+    /// Holds the answer of the next effect performed (see [`Held`]).
+    fn hold_next(&self) -> Held {
+        let (performed_tx, performed) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        self.state.lock().unwrap().hold = Some((performed_tx, release_rx));
+        Held { performed, release }
     }
 }
 
@@ -465,20 +535,43 @@ async fn consume(
     }
 }
 
-/// (4) A consumer loop killed at random points over a few hundred effects:
-/// each key's effect is performed exactly once at the provider, and every
-/// record ends completed with the provider's response.
+/// Kills of the consumer that land between the provider's effect and
+/// `Complete` (the harness holds the provider's answer until the kill).
+const KILLS_MID_EFFECT: usize = 6;
+
+/// (4) A consumer loop killed over a few hundred effects, at random points
+/// (seeded: `ONCEGATE_TEST_SEED`) and, six times, certainly between the
+/// provider's effect and `Complete`: each key's effect is performed exactly
+/// once at the provider, the lease of every effect cut off that way is
+/// taken again (attempt 2, which asks the provider again with the same
+/// key), and every record ends completed with the provider's response.
 async fn a_consumer_killed_at_random_points_performs_each_effect_once(kind: Kind) {
-    use rand::Rng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(test_seed());
     let db = TestDb::new(kind).await;
     let app = TestApp::spawn(serve_args(&db)).await;
     let provider = Provider::start().await;
     let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("pay-{i:04}")).collect());
     let done = Arc::new(Mutex::new(0usize));
+    let mut kills_mid_effect: Vec<String> = Vec::new();
     let mut kills = 0;
     while *done.lock().unwrap() < keys.len() {
         let consumer = tokio::spawn(consume(app.addr, provider.addr, keys.clone(), done.clone()));
-        let life = Duration::from_millis(rand::rng().random_range(5..120));
+        if kills_mid_effect.len() < KILLS_MID_EFFECT && kills % 3 == 0 {
+            // The state under test: the effect happened, Complete not sent.
+            let held = provider.hold_next();
+            let key = tokio::time::timeout(Duration::from_secs(30), held.performed)
+                .await
+                .expect("the consumer reaches the provider")
+                .expect("the effect is performed");
+            consumer.abort();
+            let _ = consumer.await;
+            drop(held.release); // its answer goes to a dead consumer
+            kills_mid_effect.push(key);
+            kills += 1;
+            continue;
+        }
+        let life = Duration::from_millis(rng.random_range(5..120));
         tokio::time::sleep(life).await;
         if !consumer.is_finished() {
             consumer.abort();
@@ -486,7 +579,6 @@ async fn a_consumer_killed_at_random_points_performs_each_effect_once(kind: Kind
         }
         let _ = consumer.await;
     }
-    assert!(kills >= 5, "the consumer was killed often ({kills})");
     let mut c = effects_client(app.addr).await;
     let state = provider.state.lock().unwrap().receipts.clone();
     for key in keys.iter() {
@@ -509,7 +601,32 @@ async fn a_consumer_killed_at_random_points_performs_each_effect_once(kind: Kind
             "every effect performed exactly once"
         );
         assert!(s.calls >= keys.len() as u64);
+        for key in &kills_mid_effect {
+            assert!(
+                s.calls_by_key[key] >= 2,
+                "{key}: killed before Complete, the provider was asked again"
+            );
+        }
     }
+    println!(
+        "{kills} kills, {} of them between the effect and Complete",
+        kills_mid_effect.len()
+    );
+    for key in &kills_mid_effect {
+        let attempt = db
+            .scalar(&format!(
+                "SELECT CAST(attempt AS BIGINT) FROM effects WHERE namespace = 'treasury' AND idempotency_key = '{key}'"
+            ))
+            .await;
+        assert!(
+            attempt >= 2,
+            "{key}: its lease was taken again (attempt {attempt})"
+        );
+    }
+    assert!(
+        audit_count(&db, "treasury", "effect_retaken").await >= kills_mid_effect.len() as i64,
+        "each lease cut off mid-effect is audited as taken again"
+    );
     provider.task.abort();
     app.shutdown().await;
     let completed_rows = db
