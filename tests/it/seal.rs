@@ -641,46 +641,74 @@ async fn a_seal_that_no_longer_follows_the_chain_or_its_rows_is_not_appended(kin
 }
 
 /// Writers that insert audit rows and hold their transactions open for up
-/// to 100 ms (one for a second, far longer than the seal wait; one in ten
-/// rolls back)
-/// commit out of id order, while two sealers seal every few milliseconds.
+/// to 100 ms (one in ten rolls back) commit out of id order, while two
+/// sealers seal every few milliseconds. On Postgres the harness also holds
+/// one transaction with its audit row open, far past the seal wait, while
+/// the others commit rows after it, until a sealer has deferred on it.
 /// Afterwards every committed row is in exactly one seal and the chain
-/// verifies clean. On Postgres some runs had to defer.
+/// verifies clean; sealing kept up while the writers wrote.
 async fn long_transactions_committing_out_of_id_order_never_get_a_row_skipped_or_sealed_twice(kind: Kind) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let db = TestDb::new(kind).await;
-    let until = tokio::time::Instant::now() + Duration::from_secs(4);
+    let seed = test_seed();
+    let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..6)
-        .map(|w| tokio::spawn(writer(db.url.clone(), kind, w, until)))
+        .map(|w| tokio::spawn(writer(db.url.clone(), kind, seed.wrapping_add(w), stop.clone())))
         .collect();
+    let (deferred, sealed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sealers: Vec<_> = (0..2)
         .map(|_| {
-            let url = db.url.clone();
+            let (url, stop, deferred, sealed) =
+                (db.url.clone(), stop.clone(), deferred.clone(), sealed.clone());
             tokio::spawn(async move {
                 let store = open_store(&url, 2).await.unwrap();
                 let sealer = Sealer::new(store, settings(25, Duration::from_millis(250)));
-                let (mut deferred, mut sealed) = (0, 0);
-                while tokio::time::Instant::now() < until {
+                while !stop.load(Ordering::Relaxed) {
                     match sealer.step().await.expect("seal") {
-                        SealRun::Deferred { .. } => deferred += 1,
-                        SealRun::Sealed { rows, .. } => sealed += rows,
-                        _ => {}
-                    }
+                        SealRun::Deferred { .. } => deferred.fetch_add(1, Ordering::Relaxed),
+                        SealRun::Sealed { rows, .. } => sealed.fetch_add(rows, Ordering::Relaxed),
+                        _ => 0,
+                    };
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                (deferred, sealed)
             })
         })
         .collect();
-    let mut committed = 0;
+    let started = tokio::time::Instant::now();
+    let mut held_rows = 0;
+    if kind == Kind::Postgres {
+        // The state under test: a transaction that took an audit row's id
+        // and stays open past the wait while later ids commit.
+        let mut held = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("BEGIN; {}", insert_audit(kind))))
+            .execute(&mut held)
+            .await
+            .unwrap();
+        let waited = eventually(Duration::from_secs(60), || async {
+            deferred.load(Ordering::Relaxed) > 0
+        })
+        .await;
+        sqlx::raw_sql("COMMIT").execute(&mut held).await.unwrap();
+        held_rows = 1;
+        assert!(
+            waited,
+            "a sealer deferred while a transaction held its audit row past the wait"
+        );
+    }
+    // Writing goes on for 4 s at least, and until sealing has kept up with it.
+    let kept_up = eventually(Duration::from_secs(60), || async {
+        started.elapsed() >= Duration::from_secs(4) && sealed.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut committed = held_rows;
     for w in writers {
         committed += w.await.unwrap();
     }
-    let (mut deferred, mut sealed_meanwhile) = (0, 0);
     for s in sealers {
-        let (d, n) = s.await.unwrap();
-        deferred += d;
-        sealed_meanwhile += n;
+        s.await.unwrap();
     }
+    assert!(kept_up, "sealing kept up while the writers wrote");
     let store = db.open().await;
     seal_all(&sealer(store.clone(), 25)).await;
     assert_eq!(db.scalar("SELECT count(*) FROM audit_log").await, committed);
@@ -690,20 +718,11 @@ async fn long_transactions_committing_out_of_id_order_never_get_a_row_skipped_or
         report.is_clean() && report.unsealed.map(|u| u.count) == Some(0),
         "{report}"
     );
-    assert!(sealed_meanwhile > 0, "sealing kept up while the writers wrote");
-    if kind == Kind::Postgres {
-        assert!(deferred > 0, "a transaction held past the wait deferred a run");
-    }
 }
 
-/// One writer: transactions of 1–3 audit rows held open 0–100 ms (writer
-/// 0's fifth for a second), one in ten rolled back, until `until`. Returns
-/// the rows it committed.
-async fn writer(url: String, kind: Kind, w: u64, until: tokio::time::Instant) -> i64 {
-    use rand::Rng;
-    let mut committed = 0;
-    let mut n = 0u64;
-    let insert = match kind {
+/// One audit row, as the writers insert it.
+fn insert_audit(kind: Kind) -> &'static str {
+    match kind {
         Kind::Postgres => {
             "INSERT INTO audit_log (at, decision, key_prefix, award_id, instance) \
                            VALUES (now(), 'processed', 'k', 'W', 'it')"
@@ -712,27 +731,27 @@ async fn writer(url: String, kind: Kind, w: u64, until: tokio::time::Instant) ->
             "INSERT INTO audit_log (at, decision, key_prefix, award_id, instance) \
                          VALUES (CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER), 'processed', 'k', 'W', 'it')"
         }
-    };
+    }
+}
+
+/// One writer: transactions of 1–3 audit rows held open 0–100 ms, one in
+/// ten rolled back, until `stop`. Returns the rows it committed.
+async fn writer(url: String, kind: Kind, seed: u64, stop: Arc<std::sync::atomic::AtomicBool>) -> i64 {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut committed = 0;
+    let insert = insert_audit(kind);
     let mut pg = None;
     let mut lite = None;
     match kind {
         Kind::Postgres => pg = Some(sqlx::PgConnection::connect(&url).await.unwrap()),
         Kind::Sqlite => lite = Some(sqlx::SqliteConnection::connect(&url).await.unwrap()),
     }
-    while tokio::time::Instant::now() < until {
-        n += 1;
-        let (rows, hold, commit) = {
-            let mut rng = rand::rng();
-            // Writer 0's fifth transaction outlives the seal wait.
-            let hold = if w == 0 && n == 5 {
-                1_000
-            } else {
-                rng.random_range(0..100)
-            };
-            // SQLite has one writer: short holds, or the others only wait.
-            let hold = if kind == Kind::Sqlite { hold / 20 } else { hold };
-            (rng.random_range(1..=3), hold, rng.random_range(0..10) != 0)
-        };
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let hold = rng.random_range(0..100);
+        // SQLite has one writer: short holds, or the others only wait.
+        let hold = if kind == Kind::Sqlite { hold / 20 } else { hold };
+        let (rows, commit) = (rng.random_range(1..=3), rng.random_range(0..10) != 0);
         let end = if commit { "COMMIT" } else { "ROLLBACK" };
         let begin = if kind == Kind::Sqlite {
             "BEGIN IMMEDIATE"
