@@ -345,6 +345,8 @@ pub(crate) async fn replication_state(primary_port: u16) -> Option<String> {
 /// One answer a client received.
 #[derive(Debug, Clone)]
 struct Answer {
+    /// When the call that got it was sent.
+    sent: Instant,
     at: Instant,
     key: String,
     outcome: Outcome,
@@ -408,11 +410,13 @@ impl Load {
             attempt += 1;
             let mut req = tonic::Request::new(s.clone());
             req.set_timeout(Duration::from_secs(5));
+            let sent = Instant::now();
             match c.submit(req).await {
                 Ok(d) => {
                     let d = d.into_inner();
                     let disb = d.disbursement.clone().expect("a disbursement");
                     let a = Answer {
+                        sent,
                         at: Instant::now(),
                         key,
                         outcome: outcome(&d),
@@ -463,6 +467,74 @@ impl Load {
     fn answers(&self) -> Vec<Answer> {
         self.answers.lock().unwrap().clone()
     }
+
+    /// Waits until `n` keys have been answered (fails the test after a minute).
+    async fn answered_keys(&self, n: usize, what: &str) {
+        let enough = eventually(Duration::from_secs(60), || async {
+            self.answers()
+                .iter()
+                .map(|a| &a.key)
+                .collect::<HashSet<_>>()
+                .len()
+                >= n
+        })
+        .await;
+        assert!(
+            enough,
+            "{n} keys answered {what}; errors {:?}",
+            self.errors.lock().unwrap()
+        );
+    }
+
+    /// The state the asynchronous case needs before the kill: claims
+    /// committed after the cut (which the standby will not have), and some of
+    /// them answered again from a cache. Redelivers such claims to every
+    /// sidecar until a cache answers one.
+    async fn claims_after_the_cut_answered_from_a_cache(&self, cut: Instant) {
+        let claimed_after_cut = || -> Vec<String> {
+            let answers = self.answers();
+            answers
+                .iter()
+                .filter(|a| a.sent > cut && a.outcome == Outcome::Claimed)
+                .map(|a| a.key.clone())
+                .collect()
+        };
+        let committed = eventually(Duration::from_secs(60), || async {
+            claimed_after_cut().len() >= 20
+        })
+        .await;
+        assert!(
+            committed,
+            "claims committed after the cut: {}",
+            claimed_after_cut().len()
+        );
+        let keys: HashSet<String> = claimed_after_cut().into_iter().collect();
+        let subs: Vec<pb::Submission> = self
+            .answered
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                keys.contains(&oncegate::key::derive_key(
+                    &s.award_id,
+                    &s.submission_timestamp,
+                    &s.payload,
+                ))
+            })
+            .cloned()
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (i, s) in subs.iter().cycle().enumerate().take(subs.len() * 4) {
+            let cached = self
+                .deliver(s.clone(), i, deadline)
+                .await
+                .is_some_and(|a| matches!(a.tier, Tier::LocalCache | Tier::Redis));
+            if cached {
+                return;
+            }
+        }
+        panic!("no cache answered a claim committed after the cut");
+    }
 }
 
 /// What one failover run saw.
@@ -506,18 +578,23 @@ async fn failover_run(synchronous: bool) -> (Run, Effects) {
     let a = start_sidecar(&pair, &prefix, 0).await;
     let b = start_sidecar(&pair, &prefix, 1).await;
     let load = Load::new(&[a.addr, b.addr]);
-    let deadline = Instant::now() + Duration::from_secs(45);
+    // A bound for a failure only: the load runs until `stop`.
+    let deadline = Instant::now() + Duration::from_secs(240);
     let consumers: Vec<_> = (0..CLIENTS)
         .map(|i| tokio::spawn(load.clone().consumer(i, deadline)))
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    load.answered_keys(30, "before the cut").await;
+    let cut = Instant::now();
     if !synchronous {
         // The standby stops receiving WAL: what commits from now on is
         // acknowledged by the primary alone.
         pair.link.cut();
     }
     let mut fx = Effects::before(&a, &b).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    load.answered_keys(60, "before the kill").await;
+    if !synchronous {
+        load.claims_after_the_cut_answered_from_a_cache(cut).await;
+    }
     pair.kill_primary();
     let killed = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
