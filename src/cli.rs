@@ -8,13 +8,13 @@
 //! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
 //! - `audit seal`, `audit verify`, `audit export` (the sealed trail): [`audit`].
 
-/// `println!` that hands the write's error back instead of panicking: a
-/// closed stdout (`oncegate … | head -1`) ends the command through `main`,
-/// quietly (see [`is_closed_pipe`]).
+/// `println!` that hands the write's error back (as a [`StdoutError`])
+/// instead of panicking: a closed stdout (`oncegate … | head -1`) ends the
+/// command through `main`, quietly (see [`is_closed_pipe`]).
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::cli::StdoutError)
     }};
 }
 
@@ -22,7 +22,7 @@ macro_rules! out {
 macro_rules! out_text {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        write!(std::io::stdout().lock(), $($arg)*)
+        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::cli::StdoutError)
     }};
 }
 
@@ -225,13 +225,20 @@ impl Command {
     }
 }
 
+/// A write to stdout failed. Its own type, so that a broken pipe on stdout
+/// is told from one on a connection (a broker, the database), which is a
+/// failure to report.
+#[derive(Debug, thiserror::Error)]
+#[error("writing to stdout: {0}")]
+pub struct StdoutError(#[source] pub std::io::Error);
+
 /// Whether `e` is a write to a stdout its reader closed (`oncegate … | head
 /// -1`): not a failure to report, the end of the command.
 pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            .downcast_ref::<StdoutError>()
+            .is_some_and(|out| out.0.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
 
@@ -310,9 +317,9 @@ fn key(args: KeyArgs) -> anyhow::Result<ExitCode> {
             buf
         }
     };
-    writeln!(out, "{}", crate::key::derive_key(&award_id, &timestamp, &payload))?;
+    writeln!(out, "{}", crate::key::derive_key(&award_id, &timestamp, &payload)).map_err(StdoutError)?;
     // (Dropping a BufWriter drops a write error with it.)
-    out.flush()?;
+    out.flush().map_err(StdoutError)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -332,9 +339,10 @@ fn keys_from_jsonl(out: &mut impl Write) -> anyhow::Result<ExitCode> {
             out,
             "{}",
             crate::key::derive_key(&k.award_id, &k.submission_timestamp, &payload)
-        )?;
+        )
+        .map_err(StdoutError)?;
     }
-    out.flush()?;
+    out.flush().map_err(StdoutError)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -407,6 +415,17 @@ mod tests {
 
     fn resolve(argv: &[&str]) -> Result<Job, ConfigError> {
         Cli::try_parse_from(argv).expect("parses").command.resolve()
+    }
+
+    #[test]
+    fn only_a_closed_stdout_is_a_quiet_end() {
+        let pipe = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let stdout = anyhow::Error::from(StdoutError(pipe())).context("printing the report");
+        assert!(is_closed_pipe(&stdout));
+        let socket = anyhow::Error::from(pipe()).context("publishing to the broker");
+        assert!(!is_closed_pipe(&socket), "a broken connection is a failure to report");
+        let full = anyhow::Error::from(StdoutError(std::io::Error::other("no space left")));
+        assert!(!is_closed_pipe(&full));
     }
 
     #[test]

@@ -520,7 +520,7 @@ impl Report {
         n as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn print(&self) -> std::io::Result<()> {
+    fn print(&self) -> Result<(), crate::cli::StdoutError> {
         out!(
             "{}: {} clients, {:.1}s: {} deliveries = {:.0}/s (fresh claims {:.0}/s, duplicates {:.0}/s); retries {}; errors {:?}",
             self.label,

@@ -611,7 +611,7 @@ fn retry_json(outcomes: &[RedriveOutcome]) -> serde_json::Value {
     serde_json::json!({ "events": rows })
 }
 
-fn print_retry(outcomes: &[RedriveOutcome], by: &RedriveBy) -> std::io::Result<()> {
+fn print_retry(outcomes: &[RedriveOutcome], by: &RedriveBy) -> Result<(), crate::cli::StdoutError> {
     let mut redriven = 0;
     for o in outcomes {
         match o {

@@ -178,7 +178,7 @@ pub struct LookupArgs {
     pub idempotency_key: String,
 }
 
-fn print_decision(d: &pb::Decision) -> std::io::Result<()> {
+fn print_decision(d: &pb::Decision) -> Result<(), crate::cli::StdoutError> {
     let outcome = pb::Outcome::try_from(d.outcome)
         .map(|o| o.as_str_name())
         .unwrap_or("?");
