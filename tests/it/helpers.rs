@@ -426,6 +426,16 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Sessions of `db` waiting on a lock (a row lock, an advisory lock): the
+/// state a test waits for before it goes on, instead of sleeping.
+pub async fn sessions_waiting_on_a_lock(db: &TestDb) -> i64 {
+    db.scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+        db.name
+    ))
+    .await
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where

@@ -1036,8 +1036,14 @@ async fn one_instance_seals_at_a_time() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!purge.is_finished(), "the purge waits for the sealing lock");
+    let waits = eventually(Duration::from_secs(30), || async {
+        sessions_waiting_on_a_lock(&db).await > 0
+    })
+    .await;
+    assert!(
+        waits && !purge.is_finished(),
+        "the purge waits for the sealing lock"
+    );
     sqlx::query("SELECT pg_advisory_unlock(oncegate_seal_lock_key())")
         .execute(&mut other)
         .await
