@@ -423,7 +423,10 @@ mod tests {
         let stdout = anyhow::Error::from(StdoutError(pipe())).context("printing the report");
         assert!(is_closed_pipe(&stdout));
         let socket = anyhow::Error::from(pipe()).context("publishing to the broker");
-        assert!(!is_closed_pipe(&socket), "a broken connection is a failure to report");
+        assert!(
+            !is_closed_pipe(&socket),
+            "a broken connection is a failure to report"
+        );
         let full = anyhow::Error::from(StdoutError(std::io::Error::other("no space left")));
         assert!(!is_closed_pipe(&full));
     }
