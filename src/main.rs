@@ -55,36 +55,43 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let _log_guard = init_tracing(format, level, traces.as_ref());
-    let code = match runtime.block_on(oncegate::cli::run(job)) {
+    let log_guard = init_tracing(format, level, traces.as_ref());
+    let result = runtime.block_on(oncegate::cli::run(job));
+    // Exports the spans still buffered while the runtime still runs.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    match result {
         Ok(code) => code,
         // The reader closed stdout (`| head -1`): the usual status, no message.
         Err(e) if oncegate::cli::is_closed_pipe(&e) => ExitCode::from(EXIT_CLOSED_PIPE),
         // A setting only the running system can check (a privileged
         // database role, a retention below the database's floor).
         Err(e) if e.downcast_ref::<ConfigError>().is_some() => {
-            report(format, &e);
+            report(format, &e, log_guard);
             ExitCode::from(EXIT_CONFIG)
         }
         Err(e) => {
-            report(format, &e);
+            report(format, &e, log_guard);
             ExitCode::FAILURE
         }
-    };
-    // Exports the spans still buffered while the runtime still runs.
-    if let Some(traces) = traces {
-        traces.shutdown();
     }
-    code
 }
 
 /// An error, once: a log record when the logs are JSON (a collector reads
 /// one stream of records), else an `error:` line on stderr (where the text
-/// logs go too: the two would say the same thing twice).
-fn report(format: LogFormat, e: &anyhow::Error) {
+/// logs go too: the two would say the same thing twice), written after the
+/// log lines still buffered, so it is the last thing the command says.
+fn report(format: LogFormat, e: &anyhow::Error, log_guard: Option<log_writer::Guard>) {
     match format {
-        LogFormat::Json => tracing::error!(error = format!("{e:#}"), "oncegate failed"),
-        LogFormat::Text => eprintln!("error: {e:#}"),
+        LogFormat::Json => {
+            tracing::error!(error = format!("{e:#}"), "oncegate failed");
+            drop(log_guard);
+        }
+        LogFormat::Text => {
+            drop(log_guard);
+            eprintln!("error: {e:#}");
+        }
     }
 }
 

@@ -292,6 +292,50 @@ async fn an_error_is_printed_once_and_without_a_backtrace() {
     app.shutdown().await;
 }
 
+/// `serve` failing once its logs have begun (its listen address is taken):
+/// the error said once, and last — an `error:` line after the text logs,
+/// or one ERROR record after the other JSON records (every line a record,
+/// no bare line for a collector to choke on).
+#[tokio::test]
+async fn a_failing_serve_says_so_once_and_last_in_either_log_format() {
+    let db = TestDb::new(Kind::Sqlite).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let says = format!("binding ONCEGATE_LISTEN on {listen}: ");
+    for format in ["text", "json"] {
+        let run = oncegate(
+            &["serve", "--database-url", &db.url, "--listen", &listen],
+            &[
+                ("ONCEGATE_METRICS_LISTEN", "127.0.0.1:0"),
+                ("ONCEGATE_LOG_FORMAT", format),
+                ("RUST_BACKTRACE", "1"),
+            ],
+        )
+        .await;
+        assert_eq!(run.code, Some(1), "{format}: {run:?}");
+        assert_eq!(run.stderr.matches(&says).count(), 1, "once: {run:?}");
+        assert!(run.stderr.lines().count() > 1, "the logs had begun: {run:?}");
+        assert!(!run.stderr.contains("panicked"), "{run:?}");
+        let last = run.stderr.lines().last().unwrap_or_default();
+        if format == "text" {
+            assert!(last.starts_with(&format!("error: {says}")), "last: {run:?}");
+            continue;
+        }
+        let records: Vec<serde_json::Value> = run
+            .stderr
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect();
+        let errors: Vec<_> = records.iter().filter(|r| r["level"] == "ERROR").collect();
+        assert_eq!(errors.len(), 1, "{run:?}");
+        assert!(
+            errors[0]["error"].as_str().unwrap_or_default().starts_with(&says),
+            "{run:?}"
+        );
+        assert_eq!(records.last(), Some(errors[0]), "last: {run:?}");
+    }
+}
+
 /// `submit` whose reader closed the pipe before the answer came, and `key
 /// --jsonl` under `| head -1` in a shell with pipefail (far more output than
 /// a pipe holds, so it is still writing when head exits): no message, no
