@@ -105,12 +105,23 @@ impl RedisCluster {
         self.nodes.iter().find(|(_, c)| c.is_some()).unwrap().0
     }
 
+    /// Waits until every live node says `cluster_state:ok`. Each node
+    /// decides that for itself (a master only some time after it started,
+    /// and only once gossip told it every slot is served): until then it
+    /// answers CLUSTERDOWN, and a tier write sent to it is lost, so one
+    /// node's word is not enough.
     async fn wait_until_ok(&self, timeout: Duration) -> bool {
         eventually(timeout, || async {
-            let port = self.live_port().to_string();
-            redis_cli(&["-p", &port, "cluster", "info"])
-                .await
-                .contains("cluster_state:ok")
+            for (port, child) in &self.nodes {
+                if child.is_none() {
+                    continue;
+                }
+                let info = redis_cli(&["-p", &port.to_string(), "cluster", "info"]).await;
+                if !info.contains("cluster_state:ok") {
+                    return false;
+                }
+            }
+            true
         })
         .await
     }
