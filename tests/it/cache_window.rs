@@ -29,18 +29,20 @@ struct Answers {
 }
 
 impl Answers {
-    fn last_after(&self, t: Instant) -> Option<Instant> {
+    /// The last cache answer received after `from` and before `to`.
+    fn last_between(&self, from: Instant, to: Instant) -> Option<Instant> {
         self.cached
             .lock()
             .unwrap()
             .iter()
             .copied()
-            .filter(|a| *a > t)
+            .filter(|a| *a > from && *a < to)
             .max()
     }
 
     fn flowing(&self) -> bool {
-        self.last_after(Instant::now() - Duration::from_millis(100))
+        let now = Instant::now();
+        self.last_between(now - Duration::from_millis(100), now + Duration::from_secs(1))
             .is_some()
     }
 }
@@ -132,10 +134,15 @@ async fn measure(interval: Duration, timeout: Duration, rounds: usize) -> Vec<Du
         signal(&pids, "STOP");
         // Past any bound a correct sidecar could reach, then back.
         tokio::time::sleep(interval + timeout + Duration::from_secs(1)).await;
+        // Only answers while frozen count: the probe waiting on the frozen
+        // primary is answered the moment it thaws, and caches rightly
+        // answer again at once (a late sleep on a loaded machine put such
+        // answers past the bound).
+        let thawed = Instant::now();
         signal(&pids, "CONT");
         windows.push(
             answers
-                .last_after(frozen)
+                .last_between(frozen, thawed)
                 .map_or(Duration::ZERO, |last| last - frozen),
         );
     }
