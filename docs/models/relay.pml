@@ -1,106 +1,215 @@
 /*
- * The outbox relay (DESIGN §4): lease unpublished events (an award's later
- * event is held back while an earlier one is leased), publish them in order,
- * mark them published. Two relay replicas, two events of one award (e0
- * before e1); a relay may be killed at any point (between publish and mark
- * too) and a lease may expire at any moment, so the other replica re-leases.
- * The lease statement is modelled as atomic (one statement).
+ * The outbox relay across pods (DESIGN §4, "Across pods"): the outbox is
+ * divided into slots by a stable hash of the award; a pod takes a whole
+ * slot in the store (owner, generation bumped on every take, a lease that
+ * may run out at any moment while its holder still runs), reads the slot's
+ * pending events in per-award order (the read joins the slot row on its
+ * generation and live lease), publishes them and marks them published;
+ * every write it makes for the slot is conditional on its generation.
+ * Two pods, two events of one award (e0 before e1); a pod may be killed at
+ * any point and comes back as a new pod that must take a slot again.
  *
- * At-least-once sinks (default): every event marked published was published
- * (ltl marked_was_published), and first occurrences are in per-award order
- * (assertion award_order).
- * -DKAFKA: each batch is one Kafka transaction that also carries the batch's
- * high-water mark; a relay settles (marks what the committed high-water mark
- * covers) before it leases, and the transactional id belongs to the relay
- * role, so taking it (init_transactions) fences the previous holder. A
- * read_committed consumer then sees every event exactly once (ltl exactly_once),
- * in order.
+ * At-least-once sinks (default): every event marked published was
+ * published (ltl marked_was_published), first deliveries are in per-award
+ * order (ltl award_order), and no pod writes for a slot it lost
+ * (ltl owner_writes).
+ *
+ * -DKAFKA: the transactional id is the slot's (prefix + slot). Taking a slot
+ * runs init_transactions (a new producer epoch: the former holder is fenced
+ * and its open transaction aborted), then settles: marks published what the
+ * slot's latest committed mark names, before anything is sent. Each batch is
+ * one transaction with its mark. A commit fails when the producer's epoch is
+ * no longer the id's (fenced, or the broker aborted the transaction at its
+ * timeout, which bumps the epoch); a commit may also end with an unknown
+ * outcome (committed or not): the pod keeps the slot and initialises and
+ * settles again before it sends anything. A read_committed consumer then
+ * sees every event exactly once (ltl exactly_once), in order. The lease
+ * check before a commit is not modelled: a pod's clock may be wrong, so
+ * safety must not rest on it (a pod whose lease ran out may commit).
  *
  * Broken variants (each must fail on the property it breaks):
- *   BROKEN_MARK_BEFORE_PUBLISH            marked, then killed: an event never published
- *   BROKEN_NO_AWARD_GUARD                 a later event leased while an earlier is leased
- *   KAFKA + BROKEN_KAFKA_NO_SETTLE        killed after the Kafka commit, before the mark:
- *                                         republished, seen twice
- *   KAFKA + BROKEN_KAFKA_TXID_PER_INSTANCE  no fencing across replicas: a replica whose
- *                                         lease expired commits after the re-leaser
+ *   BROKEN_MARK_BEFORE_PUBLISH             marked, then killed: an event never published
+ *   BROKEN_AWARD_SPLIT                     slots by event instead of award: e1 goes out
+ *                                          from another slot before e0
+ *   BROKEN_MARK_WITHOUT_GENERATION         a pod that lost the slot still writes for it
+ *   KAFKA+BROKEN_KAFKA_NO_SETTLE           taking a slot does not settle: a batch committed
+ *                                          but not marked is published again
+ *   KAFKA+BROKEN_KAFKA_TXID_PER_POD        one transactional id per pod: taking a slot fences
+ *                                          nobody, a pod whose lease ran out commits after
+ *                                          the new holder
+ *   KAFKA+BROKEN_KAFKA_UNKNOWN_RESENDS     after a commit with an unknown outcome the batch
+ *                                          is sent again without settling
  */
 #define NE 2
 #define NR 2
 
-bool pub[NE];           /* marked published */
-byte lease[NE];         /* 0 free or expired, else 1 + holder */
-byte seen[NE];          /* occurrences a consumer receives (read_committed for Kafka) */
-byte hwm = 0;           /* Kafka: committed high-water mark (events below it) */
-byte kowner = 0;        /* Kafka: who last initialised the shared transactional id */
+#ifdef BROKEN_AWARD_SPLIT
+#define NS 2
+#define SLOT(e) (e)
+#else
+#define NS 1
+#define SLOT(e) 0
+#endif
+
+byte owner[NS];     /* 1 + the pod holding the slot in the store; 0 free */
+byte gen[NS];       /* the slot's generation */
+bool live[NS];      /* its lease has not run out */
+bool pub[NE];       /* marked published in the store */
+byte seen[NE];      /* deliveries a consumer receives (read_committed with KAFKA) */
+bool disorder;      /* e1 reached the consumer before e0 ever did */
+bool stale_write;   /* a pod wrote for a slot whose generation is no longer its own */
+byte expiries;      /* leases run out so far (bounded: the search must end) */
+
+#ifdef KAFKA
+# ifdef BROKEN_KAFKA_TXID_PER_POD
+#  define NT NR
+#  define TXID(s, r) (r)
+# else
+#  define NT NS
+#  define TXID(s, r) (s)
+# endif
+byte epoch[NT];     /* the transactional id's producer epoch */
+bool mk[NT * NE];   /* its latest committed mark: the events of its last transaction */
+byte timeouts;      /* transactions the broker aborted at their timeout */
+#endif
 
 ltl marked_was_published { [] ((!pub[0] || seen[0] > 0) && (!pub[1] || seen[1] > 0)) }
+ltl award_order { [] !disorder }
+ltl owner_writes { [] !stale_write }
 #ifdef KAFKA
 ltl exactly_once { [] (seen[0] <= 1 && seen[1] <= 1) }
 #endif
 
 inline deliver(e) {
-  assert(e == 0 || seen[e - 1] > 0 || seen[e] > 0);   /* property: award_order -- first occurrences in order */
+  disorder = disorder || (e == 1 && seen[0] == 0 && seen[1] == 0);
   seen[e]++
 }
 
-proctype Relay(byte r) {
-  bool mine[NE]; byte crashes = 0; byte e;
-  do
-  :: pub[0] && pub[1] -> break
-  :: else ->
-    atomic {
-#if defined(KAFKA) && !defined(BROKEN_KAFKA_NO_SETTLE)
-      e = 0; do :: e < hwm -> pub[e] = true; e++ :: else -> break od;   /* settle */
-#endif
-      if :: !pub[0] && lease[0] == 0 -> lease[0] = r + 1; mine[0] = true :: else -> skip fi;
-#ifdef BROKEN_NO_AWARD_GUARD
-      if :: !pub[1] && lease[1] == 0 -> lease[1] = r + 1; mine[1] = true
+/* A write for slot s, conditional on the generation the pod took it with. */
+inline write_pub(e) {
+#ifdef BROKEN_MARK_WITHOUT_GENERATION
+  stale_write = stale_write || gen[s] != mygen;
+  pub[e] = true
 #else
-      if :: !pub[1] && lease[1] == 0 && (pub[0] || mine[0] || lease[0] == 0) ->
-            lease[1] = r + 1; mine[1] = true
+  if :: gen[s] == mygen -> pub[e] = true :: else -> skip fi
 #endif
-         :: true -> skip     /* batch of one */
-      fi;
+}
+
+proctype Pod(byte r) {
+  byte s, mygen, e, crashes, unknowns;
+  bool b[NE];
 #ifdef KAFKA
-      kowner = r + 1     /* init_transactions: fences the previous holder */
+  byte myepoch;
 #endif
-    };
-#ifdef BROKEN_MARK_BEFORE_PUBLISH
-    atomic { if :: mine[0] -> pub[0] = true :: else -> skip fi;
-             if :: mine[1] -> pub[1] = true :: else -> skip fi };
-    if :: crashes < 1 -> crashes++; goto killed :: true -> skip fi;
+start:
+  b[0] = false; b[1] = false;
+  /* take a free slot, or one whose lease ran out */
+  atomic {
+    if
+    :: owner[0] == 0 || !live[0] -> s = 0
+#if NS > 1
+    :: owner[1] == 0 || !live[1] -> s = 1
 #endif
+    fi;
+    owner[s] = r + 1; gen[s]++; live[s] = true; mygen = gen[s]
+  };
 #ifdef KAFKA
-    /* one transaction: the batch and its high-water mark */
-    atomic {
-# ifndef BROKEN_KAFKA_TXID_PER_INSTANCE
-      if :: kowner != r + 1 -> goto killed :: else -> skip fi;   /* fenced: aborted */
+settle:
+  /* init_transactions: fences the former holder, aborts its open transaction */
+  atomic { epoch[TXID(s, r)]++; myepoch = epoch[TXID(s, r)] };
+# ifndef BROKEN_KAFKA_NO_SETTLE
+  atomic {
+    e = 0;
+    do
+    :: e < NE && mk[TXID(s, r) * NE + e] -> write_pub(e); e++
+    :: e < NE && !mk[TXID(s, r) * NE + e] -> e++
+    :: e == NE -> break
+    od;
+    if :: gen[s] != mygen -> goto lost :: else -> skip fi
+  };
 # endif
-      if :: mine[0] -> deliver(0); hwm = 1 :: else -> skip fi;
-      if :: mine[1] -> deliver(1); hwm = 2 :: else -> skip fi
-    };
-#else
-    if :: mine[0] -> deliver(0) :: else -> skip fi;
-    if :: crashes < 1 -> crashes++; goto killed :: true -> skip fi;
-    if :: mine[1] -> deliver(1) :: else -> skip fi;
 #endif
-    /* killed between publish and mark? */
-    if :: crashes < 1 -> crashes++; goto killed :: true -> skip fi;
-    atomic {
-      if :: mine[0] -> pub[0] = true; lease[0] = 0 :: else -> skip fi;
-      if :: mine[1] -> pub[1] = true; lease[1] = 0 :: else -> skip fi
-    };
-killed:
-    mine[0] = false; mine[1] = false
-  od
+  do
+  :: /* the slot's pending events in per-award order, a batch of one or two;
+        nothing once the slot is no longer this pod's */
+     atomic {
+       if :: gen[s] != mygen || !live[s] -> goto lost :: else -> skip fi;
+       b[0] = SLOT(0) == s && !pub[0];
+       /* the read holds back a later event only behind an earlier one of
+          its award that waits for a retry, and sees only its own slot */
+       b[1] = SLOT(1) == s && !pub[1] && (b[0] || pub[0] || SLOT(0) != s);
+       if :: b[0] && b[1] -> if :: true -> skip :: true -> b[1] = false fi
+          :: else -> skip
+       fi;
+       if :: !b[0] && !b[1] -> goto done :: else -> skip fi
+     };
+#ifdef BROKEN_MARK_BEFORE_PUBLISH
+     atomic { if :: b[0] -> write_pub(0) :: else -> skip fi;
+              if :: b[1] -> write_pub(1) :: else -> skip fi };
+     if :: crashes < 1 -> crashes++; goto start :: true -> skip fi;
+#endif
+#ifdef KAFKA
+resend:
+     /* one transaction: the batch and its mark */
+     if
+     :: atomic { epoch[TXID(s, r)] == myepoch ->
+          if :: b[0] -> deliver(0) :: else -> skip fi;
+          if :: b[1] -> deliver(1) :: else -> skip fi;
+          mk[TXID(s, r) * NE + 0] = b[0]; mk[TXID(s, r) * NE + 1] = b[1] }
+     :: atomic { epoch[TXID(s, r)] != myepoch -> skip };
+        /* fenced or aborted at its timeout: initialise and settle again
+           (a pod that lost the slot is stopped by the generation) */
+        goto settle
+     :: unknowns < 1 -> unknowns++;
+        /* the outcome is unknown: committed, or not */
+        if
+        :: atomic { epoch[TXID(s, r)] == myepoch ->
+             if :: b[0] -> deliver(0) :: else -> skip fi;
+             if :: b[1] -> deliver(1) :: else -> skip fi;
+             mk[TXID(s, r) * NE + 0] = b[0]; mk[TXID(s, r) * NE + 1] = b[1] }
+        :: true -> skip
+        fi;
+# ifdef BROKEN_KAFKA_UNKNOWN_RESENDS
+        atomic { epoch[TXID(s, r)]++; myepoch = epoch[TXID(s, r)] };
+        goto resend
+# else
+        goto settle
+# endif
+     fi;
+#else
+     if :: b[0] -> deliver(0) :: else -> skip fi;
+     if :: crashes < 1 -> crashes++; goto start :: true -> skip fi;
+     if :: b[1] -> deliver(1) :: else -> skip fi;
+#endif
+     /* killed between publish and mark? */
+     if :: crashes < 1 -> crashes++; goto start :: true -> skip fi;
+     atomic {
+       if :: b[0] -> write_pub(0) :: else -> skip fi;
+       if :: b[1] -> write_pub(1) :: else -> skip fi;
+       if :: gen[s] != mygen -> goto lost :: else -> skip fi
+     }
+  od;
+lost:
+  /* the slot is another pod's: this one takes a slot again */
+  if :: crashes < 1 -> crashes++; goto start :: true -> skip fi;
+done:
+  skip
 }
 
 active proctype Clock() {
 end:
   do
-  :: atomic { lease[0] != 0 -> lease[0] = 0 }   /* a lease expires */
-  :: atomic { lease[1] != 0 -> lease[1] = 0 }
+  :: atomic { expiries < 2 && live[0] -> live[0] = false; expiries++ }
+#if NS > 1
+  :: atomic { expiries < 2 && live[1] -> live[1] = false; expiries++ }
+#endif
+#ifdef KAFKA
+  :: atomic { timeouts < 1 -> epoch[0]++; timeouts++ }   /* the open transaction aborted at its timeout */
+# if NT > 1
+  :: atomic { timeouts < 1 -> epoch[1]++; timeouts++ }
+# endif
+#endif
   od
 }
 
-init { atomic { run Relay(0); run Relay(1) } }
+init { atomic { run Pod(0); run Pod(1) } }
