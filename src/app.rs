@@ -6,6 +6,7 @@
 //! the real server on port 0 the same way production does.
 
 use crate::audit::{AuditFlusher, AuditQueue, AuditSettings};
+use crate::broker::SinkSettings;
 use crate::cache::{CacheSettings, LocalCache};
 use crate::effects::{EffectCache, Effects, EffectsSettings};
 use crate::error::{ConfigError, StoreError};
@@ -14,7 +15,7 @@ use crate::group_commit::{Committer, GroupCommitSettings};
 use crate::pb;
 use crate::reconcile::{ReconcileSettings, Reconciler};
 use crate::redis_tier::{RedisSettings, RedisTier};
-use crate::relay::{Relay, RelaySettings, SinkSettings};
+use crate::relay::{Relay, RelaySettings};
 use crate::retention::Retention;
 use crate::seal::{SealSchedule, Sealer};
 use crate::secret::mask_url;

@@ -34,9 +34,10 @@ pub mod relay_state;
 pub mod remote;
 
 use crate::app::{App, AppConfig};
+use crate::broker::SinkSettings;
 use crate::config::{LogFormat, RelaySettingsArgs, RetentionArgs, ServeArgs, StoreArgs, hostname};
 use crate::error::ConfigError;
-use crate::relay::{Relay, RelaySettings, SinkSettings};
+use crate::relay::{Relay, RelaySettings};
 use crate::retention::Retention;
 use crate::secret::mask_url;
 use crate::shutdown::{Phase, Shutdown, Tasks};
@@ -120,6 +121,10 @@ pub struct RelayArgs {
     /// Prometheus metrics listen address.
     #[arg(long, env = "ONCEGATE_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
     pub metrics_listen: SocketAddr,
+    /// The instance the relay runs in (default: the host name), shown with
+    /// the slots it holds; every relay process adds a part of its own.
+    #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
+    pub instance_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -211,12 +216,15 @@ impl Command {
                 let policy = args.retention.policy_for(&store.url)?;
                 Job::Purge(store, policy)
             }
-            Self::Relay(args) => Job::Relay {
-                store: args.store.settings(TOOL_POOL)?,
-                sink: args.relay.sink(&hostname()),
-                relay: args.relay.relay(&hostname())?,
-                metrics_listen: args.metrics_listen,
-            },
+            Self::Relay(args) => {
+                let instance = args.instance_id.clone().unwrap_or_else(hostname);
+                Job::Relay {
+                    store: args.store.settings(TOOL_POOL)?,
+                    sink: args.relay.sink(&instance),
+                    relay: args.relay.relay(&instance)?,
+                    metrics_listen: args.metrics_listen,
+                }
+            }
             Self::Reconcile(args) => Job::Ops(args.resolve()?),
             Self::Inspect(args) => Job::Ops(args.resolve()?),
             Self::Outbox(args) => Job::Ops(args.resolve()?),

@@ -10,13 +10,14 @@
 
 use crate::app::{AppConfig, ProbeSettings, ServerLimits, TlsFiles};
 use crate::audit::AuditSettings;
+use crate::broker::{SinkSettings, SinkSpec};
 use crate::cache::CacheSettings;
 use crate::effects::EffectsSettings;
 use crate::error::ConfigError;
 use crate::group_commit::GroupCommitSettings;
 use crate::reconcile::ReconcileSettings;
 use crate::redis_tier::RedisSettings;
-use crate::relay::{RelaySettings, SinkSettings, SinkSpec};
+use crate::relay::RelaySettings;
 use crate::seal::{SealSchedule, SealSettings};
 use crate::secret::mask_url;
 use crate::store::{Pooler, RetentionPolicy, StoreSettings, TimeRange};
@@ -391,10 +392,11 @@ pub struct RelaySettingsArgs {
     /// Approximate maximum length of the Redis stream (XADD MAXLEN ~).
     #[arg(long, env = "ONCEGATE_RELAY_STREAM_MAXLEN", default_value_t = 1_000_000)]
     pub relay_stream_maxlen: u64,
-    /// Events leased per relay step.
+    /// Events published per slot and step (one batch; one Kafka transaction).
     #[arg(long, env = "ONCEGATE_RELAY_BATCH", default_value_t = 256)]
     pub relay_batch: i64,
-    /// How long a leased event is reserved; a crashed relay's events are retried after it.
+    /// How long a relay's hold on a slot lasts unrenewed (renewed every third of it): a pod
+    /// killed or cut off from the database loses its slots to the others after it.
     #[arg(long, env = "ONCEGATE_RELAY_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub relay_lease: Duration,
     /// Fallback polling interval (Postgres also wakes the relay by LISTEN/NOTIFY).
@@ -406,10 +408,28 @@ pub struct RelaySettingsArgs {
     /// Failed publishes before an event is quarantined.
     #[arg(long, env = "ONCEGATE_RELAY_MAX_ATTEMPTS", default_value_t = 10)]
     pub relay_max_attempts: i32,
-    /// Kafka `transactional.id` of this relay (default `oncegate-relay-<instance id>`): unique
-    /// per instance and stable across its restarts, so a restart settles and fences its past.
-    #[arg(long, env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID")]
+    /// Kafka: slot N publishes with `transactional.id` = this prefix and N. The slot owns
+    /// the id, not the pod: whoever takes a slot fences whoever held it. Give each
+    /// deployment relaying to one cluster its own prefix.
+    #[arg(
+        long,
+        env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
+        default_value = "oncegate-relay-"
+    )]
+    pub relay_kafka_transactional_id_prefix: String,
+    /// No longer used (transactional ids are per slot): refused, naming its replacement.
+    #[arg(long, env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", hide = true)]
     pub relay_kafka_transactional_id: Option<String>,
+    /// Slots the outbox is divided into when it has none yet (the first relay creates
+    /// them). Each slot is published by one pod at a time, so this bounds how many pods
+    /// publish at once; with Kafka each slot a pod holds is a producer (threads of its
+    /// own), so keep it modest. Changed later with `oncegate outbox slots --set N`.
+    #[arg(long, env = "ONCEGATE_RELAY_SLOTS", default_value_t = 8)]
+    pub relay_slots: i32,
+    /// How long a slot waits for more events after a batch that was not full (larger
+    /// batches, fewer Kafka transactions; events wait at most this much longer).
+    #[arg(long, env = "ONCEGATE_RELAY_LINGER", default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub relay_linger: Duration,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -425,21 +445,39 @@ impl RelaySettingsArgs {
             connection_name: format!("oncegate-relay {owner}"),
             subject: self.relay_subject.clone(),
             stream_maxlen: self.relay_stream_maxlen,
-            transactional_id: self
-                .relay_kafka_transactional_id
-                .clone()
-                .unwrap_or_else(|| format!("oncegate-relay-{owner}")),
+            transactional_id_prefix: self.relay_kafka_transactional_id_prefix.clone(),
             lease: self.relay_lease,
         }
     }
 
-    /// The relay loop's settings; `owner` names the leases it takes.
+    /// The relay loop's settings; `owner` names the instance it runs in.
     pub fn relay(&self, owner: &str) -> Result<RelaySettings, ConfigError> {
+        if self.relay_kafka_transactional_id.is_some() {
+            return Err(ConfigError::new(
+                "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID is no longer used: each outbox slot has its own \
+                 transactional id (prefix + slot); set ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX instead",
+            ));
+        }
+        if self.relay_kafka_transactional_id_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX must not be empty",
+            ));
+        }
         if self.relay_batch < 1 {
             return Err(ConfigError::new("ONCEGATE_RELAY_BATCH must be at least 1"));
         }
         if self.relay_max_attempts < 1 {
             return Err(ConfigError::new("ONCEGATE_RELAY_MAX_ATTEMPTS must be at least 1"));
+        }
+        let max = crate::relay::resize::MAX_SLOTS;
+        if !(1..=max).contains(&self.relay_slots) {
+            return Err(ConfigError(format!(
+                "ONCEGATE_RELAY_SLOTS must be 1 to {max}, got {}",
+                self.relay_slots
+            )));
+        }
+        if self.relay_lease < Duration::from_secs(1) {
+            return Err(ConfigError::new("ONCEGATE_RELAY_LEASE must be at least 1s"));
         }
         Ok(RelaySettings {
             batch: self.relay_batch,
@@ -448,6 +486,8 @@ impl RelaySettingsArgs {
             max_attempts: self.relay_max_attempts,
             owner: owner.to_string(),
             retry_backoff: self.relay_retry_backoff,
+            slots: self.relay_slots,
+            linger: self.relay_linger,
         })
     }
 }
@@ -565,10 +605,10 @@ impl ReconcileBatchArgs {
 #[derive(Debug, Clone, Args)]
 pub struct BrokerArgs {
     /// The relay's broker, read back and compared with the ledger:
-    /// `redis://…` (Streams) or `nats://…` (JetStream); `none`: the ledger only.
+    /// `redis://…` (Streams), `nats://…` (JetStream) or `kafka://…`; `none`: the ledger only.
     #[arg(long = "sink", env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
     pub sink: SinkSpec,
-    /// Redis stream key, or JetStream stream name.
+    /// Redis stream key, JetStream stream name, or Kafka topic.
     #[arg(
         long = "stream",
         env = "ONCEGATE_RELAY_STREAM",
@@ -586,21 +626,21 @@ pub struct BrokerArgs {
 }
 
 impl BrokerArgs {
-    /// The sink to read back; `None` for `none` and `log`.
+    /// The sink to read back; `None` for a sink that keeps no log (`none`,
+    /// `log`, AMQP).
     pub fn sink(&self) -> Option<SinkSettings> {
-        matches!(
-            self.sink,
-            SinkSpec::Redis(_) | SinkSpec::Nats(_) | SinkSpec::Kafka(_)
-        )
-        .then(|| SinkSettings {
-            spec: self.sink.clone(),
-            stream: self.stream.clone(),
-            connection_name: "oncegate-reconcile".into(),
-            subject: String::new(),
-            stream_maxlen: self.stream_maxlen,
-            transactional_id: String::new(),
-            lease: Duration::from_secs(30),
-        })
+        self.sink
+            .broker()
+            .is_some_and(|b| b.reader.is_some())
+            .then(|| SinkSettings {
+                spec: self.sink.clone(),
+                stream: self.stream.clone(),
+                connection_name: "oncegate-reconcile".into(),
+                subject: String::new(),
+                stream_maxlen: self.stream_maxlen,
+                transactional_id_prefix: String::new(),
+                lease: Duration::from_secs(30),
+            })
     }
 }
 

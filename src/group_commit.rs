@@ -396,6 +396,7 @@ async fn claim_with_retry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::slots::{RelayMember, RelayView, SlotLease, SlotTable};
     use crate::store::*;
     use async_trait::async_trait;
     use uuid::Uuid;
@@ -475,22 +476,52 @@ mod tests {
         async fn append_audit(&self, _: &[AuditEntry]) -> Result<(), StoreError> {
             unimplemented!()
         }
-        async fn lease_outbox(&self, _: i64, _: Duration, _: &str) -> Result<Vec<OutboxEvent>, StoreError> {
+        async fn relay_slots_init(&self, _: i32) -> Result<i32, StoreError> {
             unimplemented!()
         }
-        async fn mark_published(&self, _: &[Uuid]) -> Result<(), StoreError> {
+        async fn relay_heartbeat(&self, _: &RelayMember<'_>, _: Duration) -> Result<RelayView, StoreError> {
+            unimplemented!()
+        }
+        async fn relay_leave(&self, _: &str) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn take_slots(&self, _: &str, _: i32, _: Duration) -> Result<Vec<SlotLease>, StoreError> {
+            unimplemented!()
+        }
+        async fn renew_slots(
+            &self,
+            _: &str,
+            _: &[SlotLease],
+            _: Duration,
+        ) -> Result<Vec<SlotLease>, StoreError> {
+            unimplemented!()
+        }
+        async fn release_slot(&self, _: &str, _: &SlotLease) -> Result<(), StoreError> {
+            unimplemented!()
+        }
+        async fn slot_pending(&self, _: &SlotLease, _: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+            unimplemented!()
+        }
+        async fn mark_published(&self, _: &SlotLease, _: &[Uuid]) -> Result<bool, StoreError> {
             unimplemented!()
         }
         async fn record_publish_failure(
             &self,
+            _: &SlotLease,
             _: Uuid,
             _: &str,
             _: i32,
             _: Duration,
-        ) -> Result<bool, StoreError> {
+        ) -> Result<Option<bool>, StoreError> {
             unimplemented!()
         }
-        async fn postpone_outbox(&self, _: &[Uuid], _: Duration) -> Result<(), StoreError> {
+        async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
+            unimplemented!()
+        }
+        async fn seize_slots(&self, _: &str, _: Duration) -> Result<Vec<SlotLease>, StoreError> {
+            unimplemented!()
+        }
+        async fn finish_resize(&self, _: &str, _: &[SlotLease], _: i32) -> Result<bool, StoreError> {
             unimplemented!()
         }
         async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

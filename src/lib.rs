@@ -38,9 +38,15 @@
 //!   chosen by URL scheme in `store::open`, run through the conformance suite
 //!   (`tests/it/store_suite.rs`). Today: `store/postgres` (+ `claim.rs`,
 //!   `claim.sql`), `store/sqlite`, and `store/shared` for what both build alike.
-//! - [`relay`]: the outbox relay. **A new sink** is a file in `relay/`
-//!   implementing [`relay::Sink`], named in [`relay::SinkSpec`]. Today:
-//!   `relay/redis_stream`, `relay/nats`, `relay/log`.
+//! - [`broker`]: the brokers, one room each (its sink, its reconcile
+//!   reader, its URL and wire format) and one registry table,
+//!   [`broker::BROKERS`]. **A new broker** is one room implementing
+//!   [`broker::Sink`] plus one registry line. Today: `broker/log`,
+//!   `broker/redis_stream`, `broker/nats`, `broker/amqp`, `broker/kafka`.
+//! - [`relay`]: the outbox relay across pods: slots held with generations
+//!   (`relay/share` the fair share, `relay/slot` one slot's step,
+//!   `relay/outage` the breaker, `relay/resize` the slot-count change);
+//!   store side: `store/slots` and `slots.rs` in each backend.
 //! - [`audit`]: audit rows written off the hot path; [`retention`]: the
 //!   §200.334 purge; [`seal`]: the sealed audit trail — the hash chain
 //!   (`seal/canonical`), its verification (`seal/verify`) and exports
@@ -52,11 +58,13 @@
 //!   [`time_fmt`].
 //!
 //! `tests/it/structure.rs` checks that no module imports another in a cycle
-//! and that no function grows past 60 lines.
+//! (nor any file of a module another of its files, inside rooms too) and
+//! that no function grows past 60 lines.
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod audit;
+pub mod broker;
 pub mod cache;
 pub mod cli;
 pub mod config;

@@ -214,6 +214,27 @@ fn describe() {
         "Broker outages that paused the relay"
     );
     describe_gauge!(
+        "oncegate_relay_outage",
+        "1 while the relay is paused for this cause (unreachable, topic_missing, not_authorized, misconfigured) and resource (topic)"
+    );
+    describe_gauge!("oncegate_relay_slots_held", "Outbox slots this relay holds");
+    describe_counter!(
+        "oncegate_relay_slot_changes_total",
+        "Slots taken, released (given back) and lost (taken by another relay after the lease ran out)"
+    );
+    describe_counter!(
+        "oncegate_relay_settled_total",
+        "Events an earlier holder's committed transaction carried, marked published when a slot was taken"
+    );
+    describe_counter!(
+        "oncegate_relay_unknown_outcomes_total",
+        "Broker transactions whose outcome was unknown (the slot settled before sending again)"
+    );
+    describe_counter!(
+        "oncegate_relay_unreadable_marks_total",
+        "Records of the Kafka marks topic that were not relay marks (skipped)"
+    );
+    describe_gauge!(
         "oncegate_reconciliation_mismatches",
         "Mismatches found by the last reconciliation, by check"
     );

@@ -11,8 +11,12 @@
 //! reads both sides of a comparison in the same statement, so a claim
 //! committing meanwhile is seen with its ledger row or not at all.
 //!
-//! 1. the broker (if any): every entry, checked against the ledger row its
-//!    body names; the event ids it holds are kept (one id per entry);
+//! 1. the broker (if any), read a page at a time: every entry, checked
+//!    against the ledger row its body names, and each award's events in
+//!    sequence order (a jump is a mismatch, and so is a repeat on a broker
+//!    that delivers once, Kafka's read_committed); what it holds is kept
+//!    per award (a range of sequences), so memory grows with the awards,
+//!    not with the log;
 //! 2. keys: ledger rows and claims by key range (same key, award,
 //!    fingerprint, amount), and whether each recent ledger row has its event;
 //! 3. events: outbox rows by id range against the ledger row of their
@@ -25,24 +29,21 @@
 //! `ONCEGATE_OUTBOX_RETENTION` its published event (both with an hour's
 //! margin), a trimmed broker its oldest entries.
 
-pub mod broker;
 mod compare;
-pub mod jetstream;
-pub mod kafka;
-pub mod redis_stream;
 mod report;
+mod seen;
 
 pub use report::{Check, CheckReport, Mismatch, Report};
 
+use crate::broker::{BrokerEntry, BrokerLog, Coverage, SinkSettings};
 use crate::error::StoreError;
-use crate::relay::SinkSettings;
 use crate::shutdown::Stop;
 use crate::store::Store;
 use crate::store::ops::LedgerMatch;
-use broker::{BrokerLog, Coverage};
 use compare::{EntryVerdict, Windows};
 use report::Tally;
-use std::collections::{HashMap, HashSet};
+use seen::{BrokerSeen, LedgerEntry};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -68,8 +69,8 @@ pub struct ReconcileSettings {
     pub outbox_retention: Duration,
     /// Mismatches kept per check for the report (all are counted).
     pub examples: usize,
-    /// The relay's sink: a Redis or NATS one is read back. `None`, or a
-    /// `none`/`log` sink: no broker check.
+    /// The relay's sink: a broker that keeps a log (Redis, NATS, Kafka) is
+    /// read back. `None`, or a `none`/`log`/AMQP sink: no broker check.
     pub broker: Option<SinkSettings>,
 }
 
@@ -80,27 +81,6 @@ pub enum ReconcileError {
     Store(#[from] StoreError),
     #[error("reading the broker: {0}")]
     Broker(String),
-}
-
-/// What the broker holds, as far as the outbox pass needs it.
-struct BrokerSeen {
-    ids: HashSet<Uuid>,
-    coverage: Coverage,
-    /// Events published before this were in the broker before it was read.
-    read_from: OffsetDateTime,
-    describe: String,
-}
-
-impl BrokerSeen {
-    /// Whether an event published at `t` must be among the broker's.
-    fn must_hold(&self, t: OffsetDateTime) -> bool {
-        t < self.read_from
-            && match &self.coverage {
-                Coverage::Everything => true,
-                Coverage::Since(since) => t >= *since,
-                Coverage::Unknowable(_) => false,
-            }
-    }
 }
 
 pub struct Reconciler {
@@ -211,15 +191,16 @@ impl Reconciler {
             t.remark(Check::Broker, false, "no broker given (--sink)".into());
             return Ok(None);
         };
-        let Some(mut log) = broker::open(settings).await.map_err(ReconcileError::Broker)? else {
+        let Some(mut log) = settings.open_log().await.map_err(ReconcileError::Broker)? else {
             let why = format!(
-                "the sink {} keeps no log to read back (the Redis and NATS sinks do)",
+                "the sink {} keeps no log to read back (the Redis, NATS and Kafka sinks do)",
                 settings.spec
             );
             t.remark(Check::Broker, false, why);
             return Ok(None);
         };
-        let result = self.read_log(&mut *log, now, t).await;
+        let exactly_once = settings.spec.broker().is_some_and(|b| b.exactly_once);
+        let result = self.read_log(&mut *log, now, exactly_once, t).await;
         log.close().await;
         result.map(Some)
     }
@@ -228,17 +209,13 @@ impl Reconciler {
         &self,
         log: &mut dyn BrokerLog,
         now: OffsetDateTime,
+        exactly_once: bool,
         t: &mut Tally,
     ) -> Result<BrokerSeen, ReconcileError> {
         let coverage = log.coverage().await.map_err(ReconcileError::Broker)?;
         let describe = log.describe();
         remark_coverage(&describe, &coverage, t);
-        let mut seen = BrokerSeen {
-            ids: HashSet::new(),
-            coverage,
-            read_from: now,
-            describe,
-        };
+        let mut seen = BrokerSeen::new(coverage, now, describe, exactly_once);
         loop {
             let entries = log
                 .next_batch(BROKER_BATCH)
@@ -251,10 +228,11 @@ impl Reconciler {
         }
     }
 
-    /// One page of broker entries against the ledger rows their bodies name.
+    /// One page of broker entries against the ledger rows their bodies
+    /// name, and each in its award's sequence.
     async fn check_entries(
         &self,
-        entries: &[broker::BrokerEntry],
+        entries: &[BrokerEntry],
         seen: &mut BrokerSeen,
         t: &mut Tally,
     ) -> Result<(), ReconcileError> {
@@ -268,23 +246,26 @@ impl Reconciler {
             .collect();
         for entry in entries {
             t.checked(Check::Broker, 1);
-            let id = match compare::check_entry(entry, &matches) {
-                EntryVerdict::Ledger(id) => Some(id),
+            match compare::check_entry(entry, &matches) {
+                EntryVerdict::Ledger(id) => {
+                    let key = compare::entry_key(entry);
+                    let Some(m) = key.as_ref().and_then(|k| matches.get(k)) else {
+                        continue;
+                    };
+                    let e = LedgerEntry {
+                        award_id: &m.ledger.award_id,
+                        sequence: m.ledger.sequence,
+                        event_id: id,
+                        key: key.as_deref(),
+                        position: &entry.position,
+                    };
+                    seen.ledger(&e, t);
+                }
                 EntryVerdict::Other(id) => {
                     t.note(Check::Broker, "entries_of_other_event_types", 1);
-                    Some(id)
+                    seen.other(id, &entry.position, t);
                 }
-                EntryVerdict::Mismatch(id, m) => {
-                    t.mismatch(Check::Broker, m);
-                    id
-                }
-            };
-            if id.is_some_and(|id| !seen.ids.insert(id)) {
-                t.note(
-                    Check::Broker,
-                    "entries_repeating_an_event_(at-least-once_delivery)",
-                    1,
-                );
+                EntryVerdict::Mismatch(_, m) => t.mismatch(Check::Broker, m),
             }
         }
         Ok(())
@@ -321,7 +302,12 @@ fn check_published(
         return;
     }
     t.note(Check::Broker, "published_events_checked", 1);
-    if b.ids.contains(&event.event_id) {
+    let held = if event.event_type == crate::store::ops::LEDGER_EVENT_TYPE {
+        b.holds_ledger(&event.award_id, event.sequence)
+    } else {
+        b.holds_other(event.event_id)
+    };
+    if held {
         return;
     }
     t.mismatch(

@@ -10,6 +10,7 @@ pub mod effect;
 pub mod ops;
 pub mod postgres;
 pub mod shared;
+pub mod slots;
 pub mod sqlite;
 
 use crate::error::StoreError;
@@ -17,6 +18,7 @@ pub use crate::primary::{Epoch, PrimaryWatch, ServerIdentity};
 use crate::submission::Submission;
 use async_trait::async_trait;
 pub use effect::{BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, FencedOutcome, Taken};
+use slots::{RelayMember, RelayView, SlotLease, SlotTable};
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -556,34 +558,76 @@ pub trait Store: Send + Sync + 'static {
     /// Appends audit rows (duplicates answered by a cache tier, rejections).
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError>;
 
-    /// Leases up to `limit` unpublished, unquarantined events whose lease
-    /// expired, for `lease`. Replicas never lease the same row at once, and
-    /// no event is leased while an earlier event of its award is still leased
-    /// or postponed (per-award order survives a failed publish).
-    async fn lease_outbox(
+    // The relay's slots (DESIGN §4, "Across pods"; `store::slots`).
+
+    /// Creates `count` slots when the outbox has none yet; the count in force.
+    async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError>;
+
+    /// Says `member` is alive for `ttl` and forgets relays whose time ran
+    /// out; the live relays and the slot count in force.
+    async fn relay_heartbeat(&self, member: &RelayMember<'_>, ttl: Duration)
+    -> Result<RelayView, StoreError>;
+
+    /// `member` stops (its slots were given back).
+    async fn relay_leave(&self, member: &str) -> Result<(), StoreError>;
+
+    /// Takes up to `limit` slots that are free or whose lease ran out, each
+    /// with a new generation, for `lease`.
+    async fn take_slots(
         &self,
-        limit: i64,
+        member: &str,
+        limit: i32,
         lease: Duration,
-        owner: &str,
-    ) -> Result<Vec<OutboxEvent>, StoreError>;
+    ) -> Result<Vec<SlotLease>, StoreError>;
 
-    /// Marks events published (ends their lease).
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<(), StoreError>;
+    /// Extends the leases `member` still holds with their generation; the
+    /// ones extended (any other was lost).
+    async fn renew_slots(
+        &self,
+        member: &str,
+        held: &[SlotLease],
+        lease: Duration,
+    ) -> Result<Vec<SlotLease>, StoreError>;
 
-    /// Records a failed publish: the event is retried after `retry_after`,
-    /// or quarantined once `attempts` reaches `max_attempts`. Returns true
-    /// when quarantined.
+    /// Gives a slot back: free at once.
+    async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError>;
+
+    /// The slot's unpublished, unquarantined events in per-award order (at
+    /// most `limit`): none once the slot is not held with `lease`'s
+    /// generation, none behind an earlier event of its award that waits for
+    /// a retry.
+    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError>;
+
+    /// Marks events published if the slot is still held with `lease`'s
+    /// generation; false when it is not (nothing changed).
+    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError>;
+
+    /// Records a rejected publish if the slot is still held with `lease`'s
+    /// generation: the event is retried after `retry_after`, or quarantined
+    /// once `attempts` reaches `max_attempts`. `None` when the slot is
+    /// another's (nothing recorded), else whether quarantined.
     async fn record_publish_failure(
         &self,
+        lease: &SlotLease,
         id: Uuid,
         error: &str,
         max_attempts: i32,
         retry_after: Duration,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<bool>, StoreError>;
 
-    /// Keeps leased events reserved for `retry_after` more (events held back
-    /// behind a failed one of the same award, retried together with it).
-    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError>;
+    /// The slots in use (owner, generation, lease, pending events) and the
+    /// live relays.
+    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError>;
+
+    /// Takes every slot for `member` whoever holds it (a resize begins):
+    /// each with a new generation.
+    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError>;
+
+    /// Ends a resize: when `member` still holds every slot it seized, sets
+    /// the count and frees every slot with a new generation; false (nothing
+    /// changed) when one was taken meanwhile.
+    async fn finish_resize(&self, member: &str, seized: &[SlotLease], count: i32)
+    -> Result<bool, StoreError>;
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError>;
 

@@ -1,9 +1,9 @@
 //! `oncegate audit seal | verify | export | keygen`: the sealed audit trail from the
 //! command line (README "Audit trail and retention").
 
+use crate::broker::{SinkSettings, SinkSpec};
 use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
 use crate::error::ConfigError;
-use crate::relay::{SinkSettings, SinkSpec};
 use crate::seal::anchor::{ANCHOR_TYPE, Anchor, Anchors};
 use crate::seal::export::{self, Target};
 use crate::seal::signing::{self, Keyring};
@@ -186,7 +186,7 @@ fn anchor_source(
         return Ok((Some(read), None));
     }
     let spec = SinkSpec::parse(given).map_err(|e| ConfigError::new(format!("--anchors: {e}")))?;
-    if !matches!(spec, SinkSpec::Redis(_) | SinkSpec::Nats(_) | SinkSpec::Kafka(_)) {
+    if spec.broker().is_none_or(|b| b.reader.is_none()) {
         return Err(ConfigError::new(
             "--anchors: only a redis://, nats:// or kafka:// broker keeps a log to read back",
         ));
@@ -199,7 +199,7 @@ fn anchor_source(
             connection_name: "oncegate-audit-verify".into(),
             subject: String::new(),
             stream_maxlen: u64::MAX,
-            transactional_id: String::new(),
+            transactional_id_prefix: String::new(),
             lease: Duration::from_secs(30),
         })),
     ))
@@ -207,7 +207,8 @@ fn anchor_source(
 
 /// The `audit.sealed` events the broker holds, as anchors.
 async fn anchors_from_broker(sink: &SinkSettings) -> Result<Anchors, String> {
-    let mut log = crate::reconcile::broker::open(sink)
+    let mut log = sink
+        .open_log()
         .await?
         .ok_or("--anchors: this broker keeps no log to read back")?;
     let mut anchors = Anchors {

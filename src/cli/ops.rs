@@ -4,7 +4,9 @@
 //!   Exit 0 clean, 1 on any mismatch, 2 when it could not finish;
 //! - `inspect KEY | --award ID`: what happened to this submission?
 //! - `outbox list`, `outbox retry ID…|--all-quarantined`: what is stuck,
-//!   and putting quarantined events back (audited with who and why).
+//!   and putting quarantined events back (audited with who and why);
+//! - `outbox slots [--set N]`: the relay's slots (who holds which, what
+//!   waits in each), and changing their count (`relay::resize`).
 //!
 //! They need only the application role's grants (migrations/GRANTS.md).
 
@@ -78,6 +80,25 @@ pub enum OutboxCommand {
     /// Put quarantined events back to pending; the relay publishes them in
     /// per-award order. Audited with --actor and --reason.
     Retry(OutboxRetryArgs),
+    /// The relay's slots: which relay holds each, its generation and lease, the events
+    /// waiting in it, and the live relays. `--set N` changes the slot count online
+    /// (every slot settled first; claims go on, events wait a few seconds).
+    Slots(OutboxSlotsArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutboxSlotsArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Change the slot count to N (1 to 1024). With Kafka, run it with the relays'
+    /// ONCEGATE_RELAY_SINK, ONCEGATE_RELAY_STREAM and transactional id prefix: every
+    /// slot is settled under the old count first.
+    #[arg(long)]
+    pub set: Option<i32>,
+    #[command(flatten)]
+    pub relay: crate::config::RelaySettingsArgs,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -155,6 +176,11 @@ pub enum OpsJob {
         by: RedriveBy,
         json: bool,
     },
+    OutboxSlots {
+        store: StoreSettings,
+        set: Option<(i32, crate::broker::SinkSettings)>,
+        json: bool,
+    },
 }
 
 /// What `inspect` shows.
@@ -228,6 +254,11 @@ impl OutboxArgs {
                 })
             }
             OutboxCommand::Retry(a) => a.resolve(),
+            OutboxCommand::Slots(a) => Ok(OpsJob::OutboxSlots {
+                store: existing_store(&a.store)?,
+                set: a.set.map(|n| (n, a.relay.sink(&default_actor()))),
+                json: a.json,
+            }),
         }
     }
 }
@@ -299,7 +330,76 @@ pub async fn run(job: OpsJob) -> anyhow::Result<ExitCode> {
             by,
             json,
         } => retry(&*open(&store).await?, target, &by, json).await,
+        OpsJob::OutboxSlots { store, set, json } => slots(&*open(&store).await?, set, json).await,
     }
+}
+
+/// `outbox slots`: the table, after changing the count when asked.
+async fn slots(
+    store: &dyn Store,
+    set: Option<(i32, crate::broker::SinkSettings)>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let resized = match &set {
+        Some((count, sink)) => {
+            let member = format!("resize:{}", default_actor());
+            let sink = (sink.spec != crate::broker::SinkSpec::None).then_some(sink);
+            match crate::relay::resize(store, sink, *count, &member).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("oncegate outbox slots --set {count}: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+        None => None,
+    };
+    let table = store
+        .relay_slot_table()
+        .await
+        .context("reading the relay's slots")?;
+    if json {
+        let out = serde_json::json!({ "resized": resized, "slots": table.slots, "relays": table.members });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(r) = &resized {
+        println!(
+            "slots: {} -> {} ({} events settled from the old slots' marks)",
+            r.from, r.to, r.settled
+        );
+    }
+    print!("{}", render_slots(&table));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_slots(table: &crate::store::slots::SlotTable) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "{} slots, {} live relays\n",
+        table.slots.len(),
+        table.members.len()
+    );
+    for m in &table.members {
+        let _ = writeln!(
+            out,
+            "relay  {} (instance {}, sink {})",
+            m.member, m.instance, m.sink
+        );
+    }
+    for s in &table.slots {
+        let holder = match (&s.owner, s.lease_left) {
+            (Some(owner), Some(left)) => format!("held by {owner} ({:.1}s left)", left.as_secs_f64()),
+            (Some(owner), None) => format!("free (the lease of {owner} ran out)"),
+            (None, _) => "free".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "slot {:>4}  generation {:>6}  {:>8} waiting  {holder}",
+            s.slot, s.generation, s.pending
+        );
+    }
+    out
 }
 
 async fn reconcile(
@@ -427,9 +527,8 @@ fn event_line(e: &EventRecord, now: OffsetDateTime) -> String {
             e.quarantined_at.map(rfc3339).unwrap_or_default(),
             e.attempts
         ),
-        EventState::Leased => format!(
-            "{head}: leased by {} until {} ({} failed attempts{error})",
-            e.lease_owner.as_deref().unwrap_or("?"),
+        EventState::Retrying => format!(
+            "{head}: retried after {} ({} failed attempts{error})",
             e.leased_until.map(rfc3339).unwrap_or_default(),
             e.attempts
         ),

@@ -1,7 +1,8 @@
 //! The relay's state as the running sidecar reports it: `outbox list` reads
-//! `oncegate_relay_breaker_state{sink}` from the sidecar's metrics listener,
-//! since a paused relay leaves nothing in the store that tells it from an
-//! idle one (an outage spends no attempts).
+//! `oncegate_relay_breaker_state{sink}` and, while paused, the cause in
+//! `oncegate_relay_outage{sink,cause,resource}` from the sidecar's metrics
+//! listener, since a paused relay leaves nothing in the store that tells it
+//! from an idle one (an outage spends no attempts).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,8 +14,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub enum RelayState {
     /// Publishing (breaker closed) to `sink`.
     Publishing { sink: String },
-    /// Paused: the broker of `sink` is unreachable (breaker open).
-    Paused { sink: String },
+    /// Paused (breaker open): the broker of `sink` is unreachable
+    /// (`cause` "unreachable") or answers that where events go cannot take
+    /// them (`topic_missing`, `not_authorized`, `misconfigured`: `resource`
+    /// names the topic).
+    Paused {
+        sink: String,
+        cause: String,
+        resource: String,
+    },
     /// The sidecar answers but runs no relay (sink `none`).
     NoRelay,
     /// No sidecar metrics could be read there.
@@ -25,7 +33,25 @@ impl std::fmt::Display for RelayState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Publishing { sink } => write!(f, "publishing to {sink}"),
-            Self::Paused { sink } => write!(f, "PAUSED: the {sink} broker is unreachable (events wait)"),
+            Self::Paused {
+                sink,
+                cause,
+                resource,
+            } => match cause.as_str() {
+                "topic_missing" => write!(
+                    f,
+                    "PAUSED: {sink} topic {resource:?} does not exist (events wait, no attempts spent)"
+                ),
+                "not_authorized" => write!(
+                    f,
+                    "PAUSED: the {sink} broker denies {resource:?} (events wait, no attempts spent)"
+                ),
+                "misconfigured" => write!(
+                    f,
+                    "PAUSED: {sink} topic {resource:?} is set up wrong, see the relay's log (events wait)"
+                ),
+                _ => write!(f, "PAUSED: the {sink} broker is unreachable (events wait)"),
+            },
             Self::NoRelay => f.write_str("no relay (sink none)"),
             Self::Unknown { reason } => write!(f, "unknown ({reason})"),
         }
@@ -54,23 +80,48 @@ async fn scrape(addr: SocketAddr) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-/// The state in a Prometheus exposition: the breaker gauge of the sink.
+/// A metric line's labels (`name{a="x",b="y"} value` → pairs) and value.
+fn labels_of<'a>(line: &'a str, name: &str) -> Option<(Vec<(&'a str, &'a str)>, &'a str)> {
+    let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+    let (labels, value) = rest.split_once("} ")?;
+    let pairs = labels
+        .split(',')
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k, v.trim_matches('"')))
+        .collect();
+    Some((pairs, value.trim()))
+}
+
+fn label<'a>(pairs: &[(&'a str, &'a str)], key: &str) -> &'a str {
+    pairs.iter().find(|(k, _)| *k == key).map_or("", |(_, v)| v)
+}
+
+/// The state in a Prometheus exposition: the breaker gauge of the sink,
+/// and the outage's cause while open.
 fn from_metrics(text: &str) -> RelayState {
+    let cause = text
+        .lines()
+        .filter_map(|l| labels_of(l, "oncegate_relay_outage"))
+        .find(|(_, value)| *value != "0")
+        .map(|(pairs, _)| {
+            (
+                label(&pairs, "cause").to_string(),
+                label(&pairs, "resource").to_string(),
+            )
+        });
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("oncegate_relay_breaker_state{") else {
+        let Some((pairs, value)) = labels_of(line, "oncegate_relay_breaker_state") else {
             continue;
         };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let sink = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("sink=\""))
-            .map(|s| s.trim_end_matches('"').to_string())
-            .unwrap_or_default();
-        return match value.trim() {
-            "0" => RelayState::Publishing { sink },
-            _ => RelayState::Paused { sink },
+        let sink = label(&pairs, "sink").to_string();
+        if value == "0" {
+            return RelayState::Publishing { sink };
+        }
+        let (cause, resource) = cause.unwrap_or_else(|| ("unreachable".into(), String::new()));
+        return RelayState::Paused {
+            sink,
+            cause,
+            resource,
         };
     }
     RelayState::NoRelay
@@ -85,7 +136,20 @@ mod tests {
         let sink = || "kafka".to_string();
         let text =
             "# TYPE oncegate_relay_breaker_state gauge\noncegate_relay_breaker_state{sink=\"kafka\"} 1\n";
-        assert_eq!(from_metrics(text), RelayState::Paused { sink: sink() });
+        let unreachable = RelayState::Paused {
+            sink: sink(),
+            cause: "unreachable".into(),
+            resource: String::new(),
+        };
+        assert_eq!(from_metrics(text), unreachable);
+        let text = "oncegate_relay_outage{sink=\"kafka\",cause=\"unreachable\",resource=\"\"} 0\n\
+                    oncegate_relay_outage{sink=\"kafka\",cause=\"topic_missing\",resource=\"grants\"} 1\n\
+                    oncegate_relay_breaker_state{sink=\"kafka\"} 1\n";
+        let missing = from_metrics(text);
+        assert_eq!(
+            missing.to_string(),
+            "PAUSED: kafka topic \"grants\" does not exist (events wait, no attempts spent)"
+        );
         let text = "oncegate_outbox_backlog 0\noncegate_relay_breaker_state{sink=\"kafka\"} 0\n";
         assert_eq!(from_metrics(text), RelayState::Publishing { sink: sink() });
         assert_eq!(from_metrics("oncegate_outbox_backlog 3\n"), RelayState::NoRelay);

@@ -1,8 +1,8 @@
 //! The comparisons themselves, on rows already read: pure functions, one
 //! per thing compared, each returning the mismatch it finds.
 
-use super::broker::BrokerEntry;
 use super::report::{Check, Mismatch, Tally};
+use crate::broker::BrokerEntry;
 use crate::store::ops::*;
 use crate::time_fmt::rfc3339;
 use serde_json::Value;

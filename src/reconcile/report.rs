@@ -162,6 +162,15 @@ impl Tally {
         report.remark = Some(remark);
     }
 
+    /// The kinds of the mismatches kept, in the order found (tests).
+    #[cfg(test)]
+    pub(super) fn mismatch_kinds(&self) -> Vec<&'static str> {
+        self.checks
+            .values()
+            .flat_map(|c| c.examples.iter().map(|m| m.kind))
+            .collect()
+    }
+
     pub(super) fn finish(self, store: &'static str, started_at: OffsetDateTime, seconds: f64) -> Report {
         let checks: Vec<CheckReport> = self.checks.into_values().collect();
         let mismatches = checks.iter().map(|c| c.mismatches).sum();

@@ -64,9 +64,9 @@ pub struct EventRecord {
     #[serde(serialize_with = "serde_rfc3339::option")]
     pub published_at: Option<OffsetDateTime>,
     pub attempts: i32,
+    /// A rejected event waits for its retry until then.
     #[serde(serialize_with = "serde_rfc3339::option")]
     pub leased_until: Option<OffsetDateTime>,
-    pub lease_owner: Option<String>,
     pub last_error: Option<String>,
     #[serde(serialize_with = "serde_rfc3339::option")]
     pub quarantined_at: Option<OffsetDateTime>,
@@ -79,8 +79,9 @@ pub enum EventState {
     Published,
     /// Refused by the broker `max_attempts` times; waits for a redrive.
     Quarantined,
-    /// Leased by a relay, or held back until its retry (`leased_until`).
-    Leased,
+    /// Rejected by the broker, held back until its retry (`leased_until`);
+    /// the award's later events wait behind it.
+    Retrying,
     /// Waiting for a relay.
     Pending,
 }
@@ -90,7 +91,7 @@ impl EventState {
         match self {
             Self::Published => "published",
             Self::Quarantined => "quarantined",
-            Self::Leased => "leased",
+            Self::Retrying => "retrying",
             Self::Pending => "pending",
         }
     }
@@ -104,7 +105,7 @@ impl EventRecord {
         } else if self.quarantined_at.is_some() {
             EventState::Quarantined
         } else if self.leased_until.is_some_and(|t| t >= now) {
-            EventState::Leased
+            EventState::Retrying
         } else {
             EventState::Pending
         }

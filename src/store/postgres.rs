@@ -8,6 +8,7 @@ mod effect;
 
 mod ops;
 mod seal;
+mod slots;
 mod tx;
 
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
@@ -401,92 +402,83 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn lease_outbox(
-        &self,
-        limit: i64,
-        lease: Duration,
-        owner: &str,
-    ) -> Result<Vec<OutboxEvent>, StoreError> {
-        let rows = sqlx::query(
-            "UPDATE outbox SET leased_until = now() + $2 * interval '1 millisecond', lease_owner = $3 \
-             WHERE event_id IN ( \
-               SELECT o.event_id FROM outbox o \
-               WHERE o.published_at IS NULL AND o.quarantined_at IS NULL \
-                 AND (o.leased_until IS NULL OR o.leased_until < now()) \
-                 AND NOT EXISTS (SELECT 1 FROM outbox e \
-                   WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
-                     AND (e.created_at < o.created_at \
-                       OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
-                     AND e.leased_until >= now()) \
-               ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
-             RETURNING event_id, event_type, award_id, sequence, payload::text AS payload, attempts, created_at, traceparent",
-        )
-        .bind(limit)
-        .bind(lease.as_millis() as f64)
-        .bind(owner)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut events = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get::<OffsetDateTime, _>("created_at")?,
-                    OutboxEvent {
-                        event_id: r.try_get("event_id")?,
-                        event_type: r.try_get("event_type")?,
-                        award_id: r.try_get("award_id")?,
-                        sequence: r.try_get("sequence")?,
-                        payload: r.try_get("payload")?,
-                        attempts: r.try_get("attempts")?,
-                        traceparent: r.try_get("traceparent")?,
-                    },
-                ))
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.sequence.cmp(&b.1.sequence)));
-        Ok(events.into_iter().map(|(_, e)| e).collect())
+    async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
+        slots::init(&self.pool, count).await
     }
 
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<(), StoreError> {
-        sqlx::query("UPDATE outbox SET published_at = now(), leased_until = NULL WHERE event_id = ANY($1)")
-            .bind(ids)
-            .execute(&self.pool)
-            .await?;
+    async fn relay_heartbeat(
+        &self,
+        member: &RelayMember<'_>,
+        ttl: Duration,
+    ) -> Result<RelayView, StoreError> {
+        slots::heartbeat(&self.pool, member, ttl).await
+    }
+
+    async fn relay_leave(&self, member: &str) -> Result<(), StoreError> {
+        slots::leave(&self.pool, member).await
+    }
+
+    async fn take_slots(
+        &self,
+        member: &str,
+        limit: i32,
+        lease: Duration,
+    ) -> Result<Vec<SlotLease>, StoreError> {
+        slots::take(&self.pool, member, limit, lease).await
+    }
+
+    async fn renew_slots(
+        &self,
+        member: &str,
+        held: &[SlotLease],
+        lease: Duration,
+    ) -> Result<Vec<SlotLease>, StoreError> {
+        slots::renew(&self.pool, member, held, lease).await
+    }
+
+    async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError> {
+        slots::release(&self.pool, member, lease).await?;
+        // Other processes' relays take it at once rather than at their next poll.
+        self.notifier.poke(&self.pool);
         Ok(())
+    }
+
+    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+        slots::pending(&self.pool, lease, limit).await
+    }
+
+    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
+        slots::mark_published(&self.pool, lease, ids).await
     }
 
     async fn record_publish_failure(
         &self,
+        lease: &SlotLease,
         id: Uuid,
         error: &str,
         max_attempts: i32,
         retry_after: Duration,
-    ) -> Result<bool, StoreError> {
-        let quarantined: Option<bool> = sqlx::query_scalar(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
-               leased_until = now() + $4 * interval '1 millisecond', \
-               quarantined_at = CASE WHEN attempts + 1 >= $3 THEN now() END \
-             WHERE event_id = $1 RETURNING quarantined_at IS NOT NULL",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(max_attempts)
-        .bind(retry_after.as_millis() as f64)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(quarantined.unwrap_or(false))
+    ) -> Result<Option<bool>, StoreError> {
+        slots::record_failure(&self.pool, lease, id, error, max_attempts, retry_after).await
     }
 
-    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE outbox SET leased_until = now() + $2 * interval '1 millisecond' \
-             WHERE event_id = ANY($1) AND published_at IS NULL",
-        )
-        .bind(ids)
-        .bind(retry_after.as_millis() as f64)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
+        slots::table(&self.pool).await
+    }
+
+    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError> {
+        slots::seize(&self.pool, member, lease).await
+    }
+
+    async fn finish_resize(
+        &self,
+        member: &str,
+        seized: &[SlotLease],
+        count: i32,
+    ) -> Result<bool, StoreError> {
+        let done = slots::finish_resize(&self.pool, member, seized, count).await?;
+        self.notifier.poke(&self.pool);
+        Ok(done)
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

@@ -14,6 +14,8 @@ mod effect;
 
 mod ops;
 
+mod slots;
+
 use super::shared::{LEDGER_SUMMARY_SQL, event_json, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
@@ -124,8 +126,8 @@ async fn apply_claim(
     }
     let event_id = Uuid::now_v7();
     sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent) \
-         VALUES (?1, 'disbursement.recorded', ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent, award_hash) \
+         VALUES (?1, 'disbursement.recorded', ?2, ?3, ?4, ?5, ?6, ?7)",
     )
     .bind(event_id.to_string())
     .bind(&s.award_id)
@@ -133,6 +135,7 @@ async fn apply_claim(
     .bind(event_json(event_id, s, &d))
     .bind(to_micros(now))
     .bind(s.traceparent.as_deref())
+    .bind(super::slots::award_hash(&s.award_id))
     .execute(&mut **tx)
     .await?;
     if payload_changed {
@@ -301,7 +304,11 @@ impl Store for SqliteStore {
         MIGRATOR.run(&self.writer).await.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
             other => StoreError::Other(format!("migration failed: {other}")),
-        })
+        })?;
+        // Rows written before the slots existed get their award hash (SQLite
+        // has no SHA-256 to do it in the migration).
+        slots::backfill_award_hashes(&self.writer).await?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -370,104 +377,82 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn lease_outbox(
-        &self,
-        limit: i64,
-        lease: Duration,
-        owner: &str,
-    ) -> Result<Vec<OutboxEvent>, StoreError> {
-        let now = to_micros(OffsetDateTime::now_utc());
-        let rows = sqlx::query(
-            "UPDATE outbox SET leased_until = ?2, lease_owner = ?3 \
-             WHERE event_id IN ( \
-               SELECT o.event_id FROM outbox o \
-               WHERE o.published_at IS NULL AND o.quarantined_at IS NULL \
-                 AND (o.leased_until IS NULL OR o.leased_until < ?4) \
-                 AND NOT EXISTS (SELECT 1 FROM outbox e \
-                   WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
-                     AND (e.created_at < o.created_at \
-                       OR (e.created_at = o.created_at AND e.sequence < o.sequence)) \
-                     AND e.leased_until >= ?4) \
-               ORDER BY o.created_at, o.sequence LIMIT ?1) \
-             RETURNING event_id, event_type, award_id, sequence, payload, attempts, created_at, traceparent",
-        )
-        .bind(limit)
-        .bind(now + lease.as_micros() as i64)
-        .bind(owner)
-        .bind(now)
-        .fetch_all(&self.writer)
-        .await?;
-        let mut events = rows
-            .iter()
-            .map(|r| {
-                let id: String = r.try_get("event_id")?;
-                Ok((
-                    r.try_get::<i64, _>("created_at")?,
-                    OutboxEvent {
-                        event_id: Uuid::parse_str(&id).map_err(|e| StoreError::Other(e.to_string()))?,
-                        event_type: r.try_get("event_type")?,
-                        award_id: r.try_get("award_id")?,
-                        sequence: r.try_get("sequence")?,
-                        payload: r.try_get("payload")?,
-                        attempts: r.try_get("attempts")?,
-                        traceparent: r.try_get("traceparent")?,
-                    },
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.sequence.cmp(&b.1.sequence)));
-        Ok(events.into_iter().map(|(_, e)| e).collect())
+    async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
+        slots::init(&self.writer, count).await
     }
 
-    async fn mark_published(&self, ids: &[Uuid]) -> Result<(), StoreError> {
-        let now = to_micros(OffsetDateTime::now_utc());
-        let mut tx = self.begin().await?;
-        for id in ids {
-            sqlx::query("UPDATE outbox SET published_at = ?2, leased_until = NULL WHERE event_id = ?1")
-                .bind(id.to_string())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
+    async fn relay_heartbeat(
+        &self,
+        member: &RelayMember<'_>,
+        ttl: Duration,
+    ) -> Result<RelayView, StoreError> {
+        slots::heartbeat(&self.writer, member, ttl).await
+    }
+
+    async fn relay_leave(&self, member: &str) -> Result<(), StoreError> {
+        slots::leave(&self.writer, member).await
+    }
+
+    async fn take_slots(
+        &self,
+        member: &str,
+        limit: i32,
+        lease: Duration,
+    ) -> Result<Vec<SlotLease>, StoreError> {
+        slots::take(&self.writer, member, limit, lease).await
+    }
+
+    async fn renew_slots(
+        &self,
+        member: &str,
+        held: &[SlotLease],
+        lease: Duration,
+    ) -> Result<Vec<SlotLease>, StoreError> {
+        slots::renew(&self.writer, member, held, lease).await
+    }
+
+    async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError> {
+        slots::release(&self.writer, member, lease).await?;
+        self.outbox_written.notify_one();
         Ok(())
+    }
+
+    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+        slots::pending(&self.reader, lease, limit).await
+    }
+
+    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
+        slots::mark_published(&self.writer, lease, ids).await
     }
 
     async fn record_publish_failure(
         &self,
+        lease: &SlotLease,
         id: Uuid,
         error: &str,
         max_attempts: i32,
         retry_after: Duration,
-    ) -> Result<bool, StoreError> {
-        let now = to_micros(OffsetDateTime::now_utc());
-        let quarantined: Option<bool> = sqlx::query_scalar(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = ?5, \
-               quarantined_at = CASE WHEN attempts + 1 >= ?3 THEN ?4 END \
-             WHERE event_id = ?1 RETURNING quarantined_at IS NOT NULL",
-        )
-        .bind(id.to_string())
-        .bind(error)
-        .bind(max_attempts)
-        .bind(now)
-        .bind(now + retry_after.as_micros() as i64)
-        .fetch_optional(&self.writer)
-        .await?;
-        Ok(quarantined.unwrap_or(false))
+    ) -> Result<Option<bool>, StoreError> {
+        slots::record_failure(&self.writer, lease, id, error, max_attempts, retry_after).await
     }
 
-    async fn postpone_outbox(&self, ids: &[Uuid], retry_after: Duration) -> Result<(), StoreError> {
-        let until = to_micros(OffsetDateTime::now_utc()) + retry_after.as_micros() as i64;
-        let mut tx = self.begin().await?;
-        for id in ids {
-            sqlx::query("UPDATE outbox SET leased_until = ?2 WHERE event_id = ?1 AND published_at IS NULL")
-                .bind(id.to_string())
-                .bind(until)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
+        slots::table(&self.reader).await
+    }
+
+    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError> {
+        slots::seize(&self.writer, member, lease).await
+    }
+
+    async fn finish_resize(
+        &self,
+        member: &str,
+        seized: &[SlotLease],
+        count: i32,
+    ) -> Result<bool, StoreError> {
+        let done = slots::finish_resize(&self.writer, member, seized, count).await?;
+        self.outbox_written.notify_one();
+        Ok(done)
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

@@ -14,11 +14,11 @@
 
 use crate::helpers::*;
 use crate::relay::{amqp_url, outbox_of, relay_settings};
+use oncegate::broker::kafka::KafkaSink;
+use oncegate::broker::{BrokerEntry, Sink, SinkSettings, SinkSpec};
 use oncegate::pb::Outcome;
 use oncegate::pb::gate_client::GateClient;
-use oncegate::reconcile::broker::{BrokerEntry, open as open_log};
-use oncegate::relay::kafka::KafkaSink;
-use oncegate::relay::{Relay, Sink, SinkSettings, SinkSpec};
+use oncegate::relay::Relay;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -103,14 +103,15 @@ fn reader(url: &str, stream: &str) -> SinkSettings {
         connection_name: "it-reader".into(),
         subject: String::new(),
         stream_maxlen: 1_000_000,
-        transactional_id: String::new(),
+        transactional_id_prefix: String::new(),
         lease: Duration::from_secs(30),
     }
 }
 
 /// Everything a read_committed reader finds in `topic` (or stream).
 async fn read_back(url: &str, stream: &str) -> Vec<BrokerEntry> {
-    let mut log = open_log(&reader(url, stream))
+    let mut log = reader(url, stream)
+        .open_log()
         .await
         .expect("open the broker log")
         .expect("a readable sink");
@@ -217,46 +218,69 @@ async fn kafka_relay_killed_after_its_commit_settles_and_publishes_nothing_twice
     let awards = ["AWD-KK1", "AWD-KK2"];
     outbox_of(&db, &awards, 6).await;
     let topic = unique("og-it-kafka-kill-");
-    let txn_id = unique("og-it-txn-");
-    let lease = Duration::from_millis(1500);
-    // The first relay commits a batch and "dies" before marking it.
-    let first_sink = kafka_sink(&topic, &txn_id).await;
-    let first = Relay::new(
-        db.open().await,
-        first_sink.clone(),
-        relay_settings("it-a", 5, lease, 3),
-    );
+    let prefix = unique("og-it-txn-");
+    let lease = Duration::from_secs(4);
+    let settings = |owner: &str| oncegate::relay::RelaySettings {
+        slots: 2,
+        ..relay_settings(owner, 5, lease, 3)
+    };
+    // The first relay commits its batches and "dies" before marking them.
+    let first_sink = kafka_sink(&topic, &prefix).await;
+    let first = Relay::new(db.open().await, first_sink.clone(), settings("it-a"));
     let leased = first.lease().await.unwrap();
-    assert_eq!(leased.len(), 5);
-    let (published, _) = first.publish(&leased).await.unwrap();
-    assert_eq!(published.len(), 5, "committed in Kafka");
+    assert!(!leased.is_empty());
+    let crashed_at = tokio::time::Instant::now();
+    let published = first.publish_unmarked(&leased).await;
+    assert_eq!(published.len(), leased.len(), "committed in Kafka");
     assert_eq!(
         db.scalar("select count(*) from outbox where published_at is null")
             .await,
         12,
         "not marked"
     );
-    tokio::time::sleep(lease + Duration::from_millis(200)).await;
-    // It comes back (same transactional id): it settles before publishing.
+    drop(first);
+    // Another relay takes its slots once their lease ran out (the same
+    // transactional ids: the slots'): it settles before publishing.
     let second = Relay::new(
         db.open().await,
-        kafka_sink(&topic, &txn_id).await,
-        relay_settings("it-b", 5, lease, 3),
+        kafka_sink(&topic, &prefix).await,
+        settings("it-b"),
     );
-    for _ in 0..20 {
-        if second.step().await.unwrap().leased == 0 {
-            break;
-        }
+    let mut settled = 0;
+    while db
+        .scalar("select count(*) from outbox where published_at is null")
+        .await
+        > 0
+    {
+        assert!(
+            crashed_at.elapsed() < lease + Duration::from_secs(20),
+            "never drained"
+        );
+        let r = second.step().await.unwrap();
+        assert!(
+            r.leased == 0 || crashed_at.elapsed() >= lease,
+            "published before the lease ran out"
+        );
+        settled += r.settled;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        db.scalar("select count(*) from outbox where published_at is null")
-            .await,
-        0
+        settled,
+        leased.len(),
+        "what the dead relay committed was settled, not published again"
     );
     // The zombie's producer was fenced by the second's init_transactions:
     // whatever it tries now is never visible to a read_committed reader.
-    let zombie = first_sink.publish_transaction(&[&leased[0]]).await;
-    assert!(zombie.is_err(), "a fenced relay cannot commit");
+    let slot = oncegate::broker::SlotId {
+        index: oncegate::store::slots::slot_of(&leased[0].award_id, 2) as u32,
+        count: 2,
+    };
+    let far = tokio::time::Instant::now() + Duration::from_secs(30);
+    let zombie = first_sink.publish(slot, &[&leased[0]], far).await;
+    assert!(
+        zombie.published.is_empty(),
+        "a fenced relay cannot commit: {zombie:?}"
+    );
     let entries = read_back(&kafka_url(), &topic).await;
     assert_once_in_award_order(&entries, &awards, 6);
 }
@@ -277,7 +301,10 @@ async fn sink_down_at_start(url: &str, name: &str) {
         ("ONCEGATE_RELAY_SINK", proxied.clone()),
         ("ONCEGATE_RELAY_STREAM", stream.clone()),
         ("ONCEGATE_RELAY_SUBJECT", format!("{stream}.events")),
-        ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", unique("og-it-txn-")),
+        (
+            "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
+            unique("og-it-txn-"),
+        ),
         ("ONCEGATE_RELAY_RETRY_BACKOFF", "50ms".into()),
     ])
     .await;
@@ -618,7 +645,10 @@ async fn kafka_broker_restarted_twice_mid_stream_loses_and_doubles_nothing() {
         ("DATABASE_URL", db.url.clone()),
         ("ONCEGATE_RELAY_SINK", broker.url()),
         ("ONCEGATE_RELAY_STREAM", topic.clone()),
-        ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", unique("og-it-txn-")),
+        (
+            "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
+            unique("og-it-txn-"),
+        ),
         ("ONCEGATE_RELAY_LEASE", "4s".into()),
         ("ONCEGATE_RELAY_RETRY_BACKOFF", "50ms".into()),
     ])

@@ -10,9 +10,10 @@
 use crate::helpers::*;
 use crate::relay::{TestStream, delete_key, drain, redis_sink, relay_settings, xrange};
 use fred::prelude::*;
+use oncegate::broker::{SinkSettings, SinkSpec};
 use oncegate::pb;
 use oncegate::reconcile::{Check, ReconcileSettings, Reconciler, Report};
-use oncegate::relay::{Relay, SinkSettings, SinkSpec};
+use oncegate::relay::Relay;
 use oncegate::store::{ClaimBatch, ClaimContext, Store, StoredResult};
 use oncegate::submission::Submission;
 use rand::rngs::StdRng;
@@ -59,7 +60,7 @@ fn redis_broker(stream: &str) -> SinkSettings {
         connection_name: "it-reconcile".into(),
         subject: String::new(),
         stream_maxlen: 1_000_000,
-        transactional_id: String::new(),
+        transactional_id_prefix: String::new(),
         lease: Duration::from_secs(30),
     }
 }
@@ -560,7 +561,7 @@ async fn the_jetstream_stream_must_hold_every_published_event_and_nothing_else(k
         connection_name: "it-reconcile".into(),
         subject: js.subject.clone(),
         stream_maxlen: 0,
-        transactional_id: String::new(),
+        transactional_id_prefix: String::new(),
         lease: Duration::from_secs(30),
     };
     let report = reconcile(&db, Some(broker.clone())).await;
@@ -1077,15 +1078,16 @@ async fn the_operator_commands_run_as_the_application_role() {
     let role_url = format!("postgres://{role}@{}/{}", pg_addr(), db.name);
     let store = open_store(&role_url, 2).await.unwrap();
     let rows = ledger_in(&*store, &["AWD-R1"], 2).await;
-    let event = store
-        .lease_outbox(1, Duration::from_secs(30), "it")
-        .await
-        .unwrap();
+    // A relay's statements too: slots, reads and writes for a slot.
+    assert_eq!(store.relay_slots_init(1).await.unwrap(), 1);
+    let lease = store.take_slots("it", 1, Duration::from_secs(30)).await.unwrap()[0];
+    let event = store.slot_pending(&lease, 1).await.unwrap();
     let quarantined = store
-        .record_publish_failure(event[0].event_id, "refused", 1, Duration::ZERO)
+        .record_publish_failure(&lease, event[0].event_id, "refused", 1, Duration::ZERO)
         .await
         .unwrap();
-    assert!(quarantined);
+    assert_eq!(quarantined, Some(true));
+    store.release_slot("it", &lease).await.unwrap();
     let (code, out) = oncegate_at(&role_url, &["reconcile"]).await;
     assert_eq!(code, 0, "{out}");
     let (code, out) = oncegate_at(&role_url, &["inspect", &rows[0].key]).await;

@@ -264,7 +264,7 @@ async fn the_granted_app_role_runs_the_claim_path_but_cannot_change_the_trail() 
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::relay::SinkSpec::Log;
+    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     for i in 0..2 {
@@ -564,6 +564,8 @@ async fn the_grant_function_grants_exactly_the_documented_privileges() {
         "audit_log INSERT",
         "oncegate_retention_floor SELECT",
         "effects UPDATE",
+        "relay_slots UPDATE",
+        "relay_members DELETE",
         "oncegate_purge_audit_rows(timestamp with time zone,integer) EXECUTE",
     ] {
         assert!(granted.iter().any(|g| g == expected), "{expected} in {granted:?}");
@@ -582,6 +584,10 @@ async fn the_grant_function_grants_exactly_the_documented_privileges() {
             .iter()
             .any(|g| g.starts_with("disbursements ") && !g.ends_with("SELECT") && !g.ends_with("INSERT")),
         "{granted:?}"
+    );
+    assert!(
+        !granted.iter().any(|g| g == "relay_slots DELETE"),
+        "slots are never deleted: {granted:?}"
     );
     roles.drop_all(&[&db.name]).await;
 }

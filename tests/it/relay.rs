@@ -1,8 +1,10 @@
 //! The outbox relay against real brokers: every processed submission's event
 //! reaches Redis Streams once and in per-award order, replicas share the
-//! outbox without publishing a row twice, a relay that dies between publish
-//! and mark republishes after its lease (and JetStream drops the repeat by
-//! `Nats-Msg-Id`), and a poison event is quarantined while others flow.
+//! outbox's slots (an award with one of them at a time) without publishing
+//! a row twice, a relay that dies between publish and mark has its slots
+//! taken and its events republished after its lease (and JetStream drops
+//! the repeat by `Nats-Msg-Id`), and a poison event is quarantined while
+//! others flow.
 //!
 //! Each test has its own database, its own Redis stream key and its own
 //! JetStream stream name and subject.
@@ -10,11 +12,11 @@
 use crate::helpers::*;
 use async_nats::jetstream;
 use fred::prelude::*;
+use oncegate::broker::Sink;
+use oncegate::broker::nats::JetStreamSink;
+use oncegate::broker::redis_stream::RedisStreamSink;
 use oncegate::pb::{self, Outcome};
-use oncegate::relay::nats::JetStreamSink;
-use oncegate::relay::redis_stream::RedisStreamSink;
-use oncegate::relay::{Relay, RelaySettings, Sink};
-use sqlx::Connection;
+use oncegate::relay::{Relay, RelaySettings};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +40,8 @@ pub fn relay_settings(owner: &str, batch: i64, lease: Duration, max_attempts: i3
         max_attempts,
         owner: owner.into(),
         retry_backoff: Duration::from_millis(100),
+        slots: 8,
+        linger: Duration::ZERO,
     }
 }
 
@@ -149,7 +153,7 @@ async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind
     let db = TestDb::new(kind).await;
     let stream = unique("og-it-events-");
     let mut args = serve_args(&db);
-    args.relay.relay_sink = oncegate::relay::SinkSpec::parse(&redis_url()).unwrap();
+    args.relay.relay_sink = oncegate::broker::SinkSpec::parse(&redis_url()).unwrap();
     args.relay.relay_stream = stream.clone();
     args.relay.relay_batch = 5;
     // Far longer than the test: only the outbox notification (LISTEN/NOTIFY,
@@ -213,11 +217,8 @@ async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_relays_never_publish_a_row_twice_and_together_publish_all() {
+async fn two_relays_share_the_slots_never_an_award_and_together_publish_all() {
     let db = TestDb::new(Kind::Postgres).await;
-    // More awards than two batches cover: a relay never leases an event while
-    // an earlier event of its award is leased elsewhere, so the relays split
-    // the work by award.
     let names: Vec<String> = (1..=20).map(|i| format!("AWD-T{i}")).collect();
     let awards: Vec<&str> = names.iter().map(String::as_str).collect();
     outbox_of(&db, &awards, 3).await;
@@ -235,89 +236,92 @@ async fn two_relays_never_publish_a_row_twice_and_together_publish_all() {
         relay_settings("relay-2", 7, lease, 5),
     );
 
-    // Both hold a lease at once: disjoint batches.
+    // Alone, the first holds every slot; the second joins and finds none
+    // free; the first then sees two relays and gives half back, which the
+    // second takes.
+    r1.rebalance().await.unwrap();
+    assert_eq!(r1.held_slots().len(), 8);
+    r2.rebalance().await.unwrap();
+    assert!(
+        r2.held_slots().is_empty(),
+        "nothing free yet: {:?}",
+        r2.held_slots()
+    );
+    r1.rebalance().await.unwrap();
+    r2.rebalance().await.unwrap();
+    let (s1, s2) = (r1.held_slots(), r2.held_slots());
+    assert_eq!((s1.len(), s2.len()), (4, 4), "a fair share each: {s1:?} {s2:?}");
+    assert!(
+        s1.iter().all(|a| s2.iter().all(|b| a.slot != b.slot)),
+        "one owner per slot"
+    );
+
+    // Both read at once: disjoint events, and disjoint awards.
     let (l1, l2) = (r1.lease().await.unwrap(), r2.lease().await.unwrap());
-    assert_eq!((l1.len(), l2.len()), (7, 7));
+    assert!(!l1.is_empty() && !l2.is_empty());
     let ids1: HashSet<_> = l1.iter().map(|e| e.event_id).collect();
-    assert!(l2.iter().all(|e| !ids1.contains(&e.event_id)), "leases overlap");
+    assert!(l2.iter().all(|e| !ids1.contains(&e.event_id)), "reads overlap");
     let awards1: HashSet<&str> = l1.iter().map(|e| e.award_id.as_str()).collect();
     assert!(
         l2.iter().all(|e| !awards1.contains(e.award_id.as_str())),
         "an award's events stay with one relay at a time"
     );
-
-    // A row locked by a third party (a relay mid-lease) is skipped, not waited on.
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::raw_sql(
-        "BEGIN; SELECT event_id FROM outbox WHERE leased_until IS NULL \
-         ORDER BY created_at LIMIT 3 FOR UPDATE",
-    )
-    .execute(&mut locker)
-    .await
-    .unwrap();
-
-    let (p1, _) = r1.publish(&l1).await.unwrap();
-    let (p2, _) = r2.publish(&l2).await.unwrap();
-    store1.mark_published(&p1).await.unwrap();
-    store2.mark_published(&p2).await.unwrap();
     let (n1, n2) = tokio::time::timeout(Duration::from_secs(30), async {
         tokio::join!(drain(&r1), drain(&r2))
     })
     .await
-    .expect("SKIP LOCKED: the relays never wait on a locked row");
-    assert_eq!(n1 + n2 + 14, 57, "everything but the 3 locked rows");
-    assert_eq!(
-        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await,
-        3
-    );
-
-    sqlx::raw_sql("ROLLBACK").execute(&mut locker).await.unwrap();
-    let (m1, m2) = tokio::join!(drain(&r1), drain(&r2));
-    assert_eq!(m1 + m2, 3);
-
+    .expect("the relays drain the outbox");
+    assert_eq!(n1 + n2, 60);
+    assert!(n1 > 0 && n2 > 0, "both relays published: {n1} and {n2}");
     let entries = xrange(&stream).await;
     assert_eq!(entries.len(), 60, "all published, none twice");
     let ids: HashSet<&str> = entries.iter().map(|e| e["event_id"].as_str()).collect();
     assert_eq!(ids.len(), 60, "no event id twice");
+    assert_award_order(&entries, &awards, 3);
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
             .await,
         0
     );
-    assert_eq!(
-        db.scalar("SELECT count(DISTINCT lease_owner) FROM outbox").await,
-        2,
-        "both relays published"
-    );
     delete_key(&stream).await;
 }
 
-/// Leases and publishes with one relay, then drops it without marking (a
+/// Reads and publishes with one relay, then drops it without marking (a
 /// crash between publish and mark). Returns what it published.
 async fn crash_after_publish(relay: Relay) -> Vec<uuid::Uuid> {
     let leased = relay.lease().await.unwrap();
     assert!(!leased.is_empty());
-    let (published, report) = relay.publish(&leased).await.unwrap();
-    assert_eq!(report.published, leased.len());
+    let published = relay.publish_unmarked(&leased).await;
+    assert_eq!(published.len(), leased.len());
     drop(relay);
     published
 }
 
-/// Steps `relay` until it leases something (the crashed relay's lease
-/// expired), checking it leases nothing before `lease` has passed.
-async fn step_after_lease_expiry(relay: &Relay, crashed_at: tokio::time::Instant, lease: Duration) -> usize {
+/// Steps `relay` until it has published `expected` events (the crashed
+/// relay's slots were taken after its lease ran out), checking it
+/// publishes nothing before `lease` has passed.
+async fn step_after_lease_expiry(
+    relay: &Relay,
+    crashed_at: tokio::time::Instant,
+    lease: Duration,
+    expected: usize,
+) -> usize {
     let deadline = crashed_at + lease + Duration::from_secs(10);
-    loop {
+    let mut published = 0;
+    while published < expected {
         let r = relay.step().await.unwrap();
         if r.leased > 0 {
-            assert!(crashed_at.elapsed() >= lease, "leased before the lease expired");
+            assert!(
+                crashed_at.elapsed() >= lease,
+                "published before the lease expired"
+            );
             assert_eq!(r.published, r.leased);
-            return r.published;
+            published += r.published;
         }
         assert!(tokio::time::Instant::now() < deadline, "the lease never expired");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    published
 }
 
 async fn relay_killed_before_marking_republishes_after_the_lease(kind: Kind) {
@@ -344,7 +348,7 @@ async fn relay_killed_before_marking_republishes_after_the_lease(kind: Kind) {
         redis_sink(&stream).await,
         relay_settings("restarted", 10, lease, 5),
     );
-    let republished = step_after_lease_expiry(&restarted, crashed_at, lease).await;
+    let republished = step_after_lease_expiry(&restarted, crashed_at, lease, 4).await;
     assert_eq!(republished, 4, "every unmarked event again");
     assert_eq!(restarted.step().await.unwrap().leased, 0, "marked now");
     assert_eq!(
@@ -440,7 +444,7 @@ async fn jetstream_drops_the_republished_event_by_msg_id(kind: Kind) {
         relay_settings("restarted", 10, lease, 5),
     );
     assert_eq!(
-        step_after_lease_expiry(&restarted, crashed_at, lease).await,
+        step_after_lease_expiry(&restarted, crashed_at, lease, 4).await,
         4,
         "published again"
     );
@@ -826,7 +830,7 @@ async fn xrange_at(url: &str, stream: &str) -> Vec<Entry> {
 pub fn amqp_url() -> String {
     let url = std::env::var("ONCEGATE_TEST_AMQP_URL")
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/".into());
-    oncegate::relay::amqp::default_vhost(&url)
+    oncegate::broker::amqp::default_vhost(&url)
 }
 
 /// Closes, from the broker's side, every AMQP connection whose client
@@ -908,7 +912,7 @@ async fn amqp_sink_survives_the_broker_closing_its_connection_mid_stream() {
     .unwrap();
 
     let sink = Arc::new(
-        oncegate::relay::amqp::AmqpSink::connected(&amqp_url(), &exchange, &name)
+        oncegate::broker::amqp::AmqpSink::connected(&amqp_url(), &exchange, &name)
             .await
             .unwrap(),
     );

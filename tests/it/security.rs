@@ -406,7 +406,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::relay::SinkSpec::Log;
+    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let first = submission("AWD-ROLE", TS, b"one", 500);

@@ -474,3 +474,256 @@ async fn per_award_sequences_are_dense_under_group_commit(kind: Kind) {
     assert_eq!((summary.mismatched_awards, summary.sequence_gaps), (0, 0));
     app.shutdown().await;
 }
+
+// ---- the relay's slots (DESIGN §4, "Across pods") -----------------------
+
+mod slots {
+    use crate::helpers::*;
+    use crate::relay::outbox_of;
+    use oncegate::store::slots::{RelayMember, SlotLease, award_hash, slot_of};
+    use std::collections::{BTreeSet, HashMap};
+    use std::time::Duration;
+
+    on_both_stores!(
+        slots_are_created_once_and_held_with_generations,
+        a_relay_that_lost_a_slot_reads_and_writes_nothing_for_it,
+        a_slot_reads_in_award_order_and_holds_an_award_back_behind_its_retry,
+        every_event_is_in_its_awards_slot_by_the_documented_hash,
+        a_resize_fences_every_holder_and_keeps_each_award_in_one_slot,
+        heartbeats_list_the_live_relays,
+    );
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    fn member<'a>(id: &'a str) -> RelayMember<'a> {
+        RelayMember {
+            id,
+            instance: "it",
+            sink: "redis",
+        }
+    }
+
+    async fn slots_are_created_once_and_held_with_generations(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        let store = db.open().await;
+        assert_eq!(store.relay_slots_init(4).await.unwrap(), 4);
+        assert_eq!(
+            store.relay_slots_init(6).await.unwrap(),
+            4,
+            "the count in force stays"
+        );
+        let held = store.take_slots("m1", 10, LONG).await.unwrap();
+        assert_eq!(held.iter().map(|l| l.slot).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert!(held.iter().all(|l| l.slots == 4 && l.generation == 1), "{held:?}");
+        assert!(
+            store.take_slots("m2", 10, LONG).await.unwrap().is_empty(),
+            "all held"
+        );
+        assert_eq!(store.renew_slots("m1", &held, LONG).await.unwrap().len(), 4);
+        store.release_slot("m1", &held[2]).await.unwrap();
+        let taken = store.take_slots("m2", 10, LONG).await.unwrap();
+        assert_eq!(
+            taken,
+            [SlotLease {
+                slot: 2,
+                slots: 4,
+                generation: 2
+            }],
+            "a new owner, a new generation"
+        );
+        let renewed = store.renew_slots("m1", &held, LONG).await.unwrap();
+        assert_eq!(
+            renewed.iter().map(|l| l.slot).collect::<Vec<_>>(),
+            [0, 1, 3],
+            "slot 2 is m2's"
+        );
+        let table = store.relay_slot_table().await.unwrap();
+        assert_eq!(table.slots.len(), 4);
+        assert_eq!(table.slots[2].owner.as_deref(), Some("m2"));
+        assert!(table.slots.iter().all(|s| s.lease_left.is_some()));
+    }
+
+    async fn a_relay_that_lost_a_slot_reads_and_writes_nothing_for_it(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        outbox_of(&db, &["AWD-L1", "AWD-L2", "AWD-L3"], 2).await;
+        let store = db.open().await;
+        store.relay_slots_init(1).await.unwrap();
+        let old = store
+            .take_slots("m1", 1, Duration::from_millis(200))
+            .await
+            .unwrap()[0];
+        let events = store.slot_pending(&old, 100).await.unwrap();
+        assert_eq!(events.len(), 6);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            store.slot_pending(&old, 100).await.unwrap().is_empty(),
+            "the lease ran out: nothing to read"
+        );
+        let new = store.take_slots("m2", 1, LONG).await.unwrap()[0];
+        assert_eq!(new.generation, old.generation + 1);
+        let ids: Vec<uuid::Uuid> = events.iter().map(|e| e.event_id).collect();
+        assert!(
+            !store.mark_published(&old, &ids).await.unwrap(),
+            "the old generation is refused"
+        );
+        let failure = store
+            .record_publish_failure(&old, ids[0], "refused", 1, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(failure, None, "no attempt recorded for a slot that is not held");
+        let untouched = "SELECT count(*) FROM outbox WHERE published_at IS NULL AND attempts = 0 AND quarantined_at IS NULL";
+        assert_eq!(db.scalar(untouched).await, 6, "nothing changed");
+        assert_eq!(store.renew_slots("m1", &[old], LONG).await.unwrap(), []);
+        assert!(store.mark_published(&new, &ids[..2]).await.unwrap());
+        assert_eq!(db.scalar(untouched).await, 4);
+    }
+
+    async fn a_slot_reads_in_award_order_and_holds_an_award_back_behind_its_retry(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        outbox_of(&db, &["AWD-O1", "AWD-O2"], 3).await;
+        let store = db.open().await;
+        store.relay_slots_init(1).await.unwrap();
+        let lease = store.take_slots("m1", 1, LONG).await.unwrap()[0];
+        let events = store.slot_pending(&lease, 100).await.unwrap();
+        let mut last: HashMap<&str, i64> = HashMap::new();
+        for e in &events {
+            let before = last.insert(&e.award_id, e.sequence).unwrap_or(0);
+            assert_eq!(e.sequence, before + 1, "{} in sequence order", e.award_id);
+        }
+        let first = events.iter().find(|e| e.award_id == "AWD-O1").unwrap();
+        let quarantined = store
+            .record_publish_failure(&lease, first.event_id, "refused", 5, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(quarantined, Some(false));
+        let now: Vec<(String, i64)> = store
+            .slot_pending(&lease, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.award_id, e.sequence))
+            .collect();
+        let others: Vec<(String, i64)> = (1..=3).map(|s| ("AWD-O2".to_string(), s)).collect();
+        assert_eq!(
+            now, others,
+            "AWD-O1 waits behind its event's retry, AWD-O2 goes on"
+        );
+    }
+
+    async fn every_event_is_in_its_awards_slot_by_the_documented_hash(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        let awards: Vec<String> = (0..24).map(|i| format!("AWD-H{i}-é")).collect();
+        let names: Vec<&str> = awards.iter().map(String::as_str).collect();
+        outbox_of(&db, &names, 1).await;
+        let store = db.open().await;
+        store.relay_slots_init(5).await.unwrap();
+        let leases = store.take_slots("m1", 5, LONG).await.unwrap();
+        let mut seen = BTreeSet::new();
+        for lease in &leases {
+            for e in store.slot_pending(lease, 100).await.unwrap() {
+                assert_eq!(
+                    slot_of(&e.award_id, 5),
+                    lease.slot,
+                    "{} in slot {}",
+                    e.award_id,
+                    lease.slot
+                );
+                seen.insert(e.award_id);
+            }
+        }
+        assert_eq!(seen.len(), 24, "every event in exactly one slot");
+        let stored = db
+            .scalar("SELECT count(*) FROM outbox WHERE award_hash IS NULL")
+            .await;
+        assert_eq!(stored, 0, "every event carries its hash");
+        if kind == Kind::Postgres {
+            // The database computes the same hash (rows older writers left without one).
+            for award in &names {
+                let sql = format!("SELECT oncegate_award_hash('{award}')");
+                assert_eq!(db.scalar(&sql).await, award_hash(award), "{award}");
+            }
+        }
+    }
+
+    async fn a_resize_fences_every_holder_and_keeps_each_award_in_one_slot(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        let awards: Vec<String> = (0..12).map(|i| format!("AWD-Z{i}")).collect();
+        let names: Vec<&str> = awards.iter().map(String::as_str).collect();
+        outbox_of(&db, &names, 2).await;
+        let store = db.open().await;
+        store.relay_slots_init(4).await.unwrap();
+        let held = store.take_slots("m1", 4, LONG).await.unwrap();
+        let seized = store.seize_slots("resize", LONG).await.unwrap();
+        assert_eq!(seized.len(), 4);
+        assert_eq!(
+            store.renew_slots("m1", &held, LONG).await.unwrap(),
+            [],
+            "every holder fenced"
+        );
+        assert!(
+            !store
+                .mark_published(&held[0], &[uuid::Uuid::now_v7()])
+                .await
+                .unwrap()
+        );
+        assert!(store.finish_resize("resize", &seized, 6).await.unwrap());
+        let grown = store.take_slots("m1", 10, LONG).await.unwrap();
+        assert_eq!(
+            grown.iter().map(|l| l.slot).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5]
+        );
+        assert!(grown.iter().all(|l| l.slots == 6));
+        let mut per_award: HashMap<String, BTreeSet<i32>> = HashMap::new();
+        for lease in &grown {
+            for e in store.slot_pending(lease, 100).await.unwrap() {
+                per_award.entry(e.award_id).or_default().insert(lease.slot);
+            }
+        }
+        assert_eq!(per_award.len(), 12);
+        assert!(
+            per_award.values().all(|s| s.len() == 1),
+            "an award in one slot: {per_award:?}"
+        );
+        // A resize whose seized slot was taken meanwhile changes nothing.
+        let seized = store
+            .seize_slots("resize", Duration::from_millis(100))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.take_slots("m2", 1, LONG).await.unwrap();
+        assert!(!store.finish_resize("resize", &seized, 3).await.unwrap());
+        assert_eq!(store.relay_slot_table().await.unwrap().slots.len(), 6);
+        // Shrinking: the slots past the count go out of use.
+        let seized = store.seize_slots("resize", LONG).await.unwrap();
+        assert!(store.finish_resize("resize", &seized, 3).await.unwrap());
+        let shrunk = store.take_slots("m3", 10, LONG).await.unwrap();
+        assert_eq!(
+            shrunk.iter().map(|l| (l.slot, l.slots)).collect::<Vec<_>>(),
+            [(0, 3), (1, 3), (2, 3)]
+        );
+    }
+
+    async fn heartbeats_list_the_live_relays(kind: Kind) {
+        let db = TestDb::new(kind).await;
+        let store = db.open().await;
+        store.relay_slots_init(3).await.unwrap();
+        store
+            .relay_heartbeat(&member("m-b"), Duration::from_millis(200))
+            .await
+            .unwrap();
+        let view = store.relay_heartbeat(&member("m-a"), LONG).await.unwrap();
+        assert_eq!(
+            (view.members, view.slots),
+            (vec!["m-a".to_string(), "m-b".to_string()], 3)
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let view = store.relay_heartbeat(&member("m-a"), LONG).await.unwrap();
+        assert_eq!(
+            view.members,
+            ["m-a"],
+            "a relay that stopped renewing is forgotten"
+        );
+        store.relay_leave("m-a").await.unwrap();
+        assert!(store.relay_slot_table().await.unwrap().members.is_empty());
+    }
+}

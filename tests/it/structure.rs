@@ -1,11 +1,18 @@
 //! The layout's two rules, checked over the source text (no compiler
-//! plugin): no import cycle among the top-level modules of `src/`, and no
+//! plugin): no import cycle among the top-level modules of `src/`, nor among
+//! the files inside a module (a room such as `broker/kafka` included), and no
 //! function longer than [`MAX_FN_LINES`] except flat tables.
 //!
 //! A module is a top-level file with its folder (`relay.rs` and `relay/*`
 //! are one module, `relay`); an edge `a → b` is any `crate::b` path in `a`'s
 //! files. `lib.rs` (which declares every module) and `main.rs` (the binary)
 //! are not modules of the graph.
+//!
+//! Inside modules the nodes are files (`broker/kafka/marks` for
+//! `src/broker/kafka/marks.rs`): a file's edges are the files its paths name —
+//! `crate::a::b`, `super::x`, `self::x`, and a child module it declares
+//! (`mod x;`) named bare (`x::Y`). Declaring a child is not an edge; using
+//! it is. A file's `#[cfg(test)] mod tests` is not part of its graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -121,6 +128,186 @@ fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
     }
     let mut path = vec![start.to_string()];
     visit(graph, start, start, &mut path, &mut BTreeSet::new()).then_some(path)
+}
+
+/// Modules whose parent files are the seam their children implement (the
+/// `Store` trait with its row types, opened by URL scheme; the command
+/// tree): there a file may name its ancestors. Every other module —
+/// `broker` and its rooms, `relay`, `reconcile` — has a leaf for what its
+/// files share, and no file names a file that names it back.
+const PARENT_AS_SEAM: &[&str] = &["store", "cli"];
+
+/// Whether `to` is an ancestor of `from` (`store` of `store/postgres/ops`).
+fn is_ancestor(to: &str, from: &str) -> bool {
+    from.len() > to.len() && from.starts_with(to) && from[to.len()..].starts_with('/')
+}
+
+/// The file nodes: `src/broker/kafka/marks.rs` → `broker/kafka/marks`.
+fn file_node(rel: &str) -> Option<String> {
+    let inner = rel.strip_prefix("src/")?.strip_suffix(".rs")?;
+    (!matches!(inner, "lib" | "main")).then(|| inner.to_string())
+}
+
+/// The path segments after a prefix (`crate::`, `super::`…): `a::b::C` → [a, b, C].
+fn segments(rest: &str) -> Vec<String> {
+    let path: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    path.split("::")
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The deepest existing file node under `base` along `path`.
+fn deepest(nodes: &BTreeSet<String>, base: &str, path: &[String]) -> Option<String> {
+    let mut found = None;
+    let mut at = base.to_string();
+    for seg in path {
+        at = if at.is_empty() {
+            seg.clone()
+        } else {
+            format!("{at}/{seg}")
+        };
+        if nodes.contains(&at) {
+            found = Some(at.clone());
+        } else {
+            break;
+        }
+    }
+    found
+}
+
+/// The names of the child modules a file declares with `mod x;`.
+fn declared_children(text: &str) -> Vec<String> {
+    code_lines(text)
+        .filter_map(|l| {
+            let t = l.trim();
+            let t = t.strip_prefix("pub ").unwrap_or(t);
+            let name = t.strip_prefix("mod ")?.strip_suffix(';')?;
+            Some(name.trim().to_string())
+        })
+        .collect()
+}
+
+/// The names a `use prefix::{a, b::C}` group starts with.
+fn group_heads(line: &str, prefix: &str) -> Vec<String> {
+    let Some(group) = line.trim().strip_prefix(&format!("use {prefix}::{{")) else {
+        return Vec::new();
+    };
+    group
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .filter(|n: &String| !n.is_empty())
+        .collect()
+}
+
+/// The edges of one file (its text without its test module).
+fn file_edges(node: &str, text: &str, nodes: &BTreeSet<String>) -> BTreeSet<String> {
+    let parent = node.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+    let children = declared_children(text);
+    let mut edges = BTreeSet::new();
+    let mut add = |target: Option<String>| {
+        if let Some(t) = target.filter(|t| t != node) {
+            edges.insert(t);
+        }
+    };
+    for line in code_lines(text) {
+        for (prefix, base) in [("crate::", ""), ("super::", parent.as_str()), ("self::", node)] {
+            let mut rest = line;
+            while let Some(i) = rest.find(prefix) {
+                let before = rest[..i].chars().last();
+                rest = &rest[i + prefix.len()..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let path = segments(rest);
+                add(deepest(nodes, base, &path).or_else(|| (!base.is_empty()).then(|| base.to_string())));
+            }
+            for head in group_heads(line, prefix.trim_end_matches("::")) {
+                add(deepest(nodes, base, &[head]).or_else(|| (!base.is_empty()).then(|| base.to_string())));
+            }
+        }
+        for child in &children {
+            let mut rest = line;
+            let bare = format!("{child}::");
+            while let Some(i) = rest.find(&bare) {
+                let before = rest[..i].chars().last();
+                rest = &rest[i + bare.len()..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let mut path = vec![child.clone()];
+                path.extend(segments(rest));
+                add(deepest(nodes, node, &path));
+            }
+        }
+    }
+    edges
+}
+
+/// Every file's edges (see the module doc).
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files: Vec<(String, String)> = sources()
+        .into_iter()
+        .filter_map(|(rel, text)| {
+            let node = file_node(&rel)?;
+            let text = match text.find("#[cfg(test)]\nmod tests") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            };
+            Some((node, text))
+        })
+        .collect();
+    let nodes: BTreeSet<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    files
+        .iter()
+        .map(|(node, text)| {
+            let top = node.split('/').next().unwrap_or_default();
+            let mut edges = file_edges(node, text, &nodes);
+            if PARENT_AS_SEAM.contains(&top) {
+                edges.retain(|to| !is_ancestor(to, node));
+            }
+            (node.clone(), edges)
+        })
+        .collect()
+}
+
+#[test]
+fn files_inside_modules_import_each_other_without_cycles() {
+    let graph = file_graph();
+    assert!(
+        graph["broker"].contains("broker/kafka") && graph["broker/kafka"].contains("broker/kafka/marks"),
+        "the scan sees a registry's rooms and a room's files: {:?} {:?}",
+        graph["broker"],
+        graph["broker/kafka"]
+    );
+    assert!(
+        graph["broker/kafka/marks"].contains("broker/seam"),
+        "the scan resolves crate paths to files: {:?}",
+        graph["broker/kafka/marks"]
+    );
+    let cycles: BTreeSet<String> = graph
+        .keys()
+        .filter_map(|m| cycle_from(&graph, m))
+        .map(|mut c| {
+            // One rotation per cycle, so each is reported once.
+            let start = c.iter().enumerate().min_by_key(|(_, n)| *n).map_or(0, |(i, _)| i);
+            c.rotate_left(start);
+            format!("{} → {}", c.join(" → "), c[0])
+        })
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles among the files of src/:\n{}",
+        cycles.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

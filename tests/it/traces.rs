@@ -165,7 +165,10 @@ async fn traced_sidecar(db: &TestDb, receiver: SocketAddr, sink: &str, stream: &
         ("ONCEGATE_REDIS_KEY_PREFIX", unique("og-it-trace:")),
         ("ONCEGATE_RELAY_SINK", sink.to_string()),
         ("ONCEGATE_RELAY_STREAM", stream.to_string()),
-        ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", unique("og-it-txn-")),
+        (
+            "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
+            unique("og-it-txn-"),
+        ),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{receiver}")),
         ("OTEL_SERVICE_NAME", "oncegate-it".into()),
         // Export within a few hundred milliseconds, not the default 5 s.

@@ -252,6 +252,7 @@ struct ClaimColumns<'a> {
     event_id: Vec<Uuid>,
     event_body: Vec<String>,
     traceparent: Vec<Option<&'a str>>,
+    award_hash: Vec<i64>,
 }
 
 impl<'a> ClaimColumns<'a> {
@@ -300,6 +301,10 @@ impl<'a> ClaimColumns<'a> {
                 .collect(),
             event_id,
             traceparent: claimed.iter().map(|s| s.traceparent.as_deref()).collect(),
+            award_hash: claimed
+                .iter()
+                .map(|s| crate::store::slots::award_hash(&s.award_id))
+                .collect(),
         }
     }
 
@@ -335,6 +340,7 @@ impl<'a> ClaimColumns<'a> {
             .bind(&self.event_body)
             .bind(&self.traceparent)
             .bind(read_standbys)
+            .bind(&self.award_hash)
             .persistent(named())
             .fetch_one(&mut **tx)
             .await?;

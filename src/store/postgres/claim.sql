@@ -30,6 +30,8 @@
 --   $21 traceparent        text[]         W3C trace context; NULL elements for none
 -- the synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA):
 --   $22 read_standbys      bool           read oncegate_sync_standbys() (else NULLs)
+-- the relay's slots:
+--   $23 award_hash         bigint[]       the award's slot hash (store::slots::award_hash)
 --
 -- Returns one row: the number of processed audit rows flagged
 -- payload_changed, and the keys whose ledger row went in. A claimed key
@@ -65,9 +67,10 @@ WITH aud AS (
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING idempotency_key
 ), ob AS (
-    INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent)
-    SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp(), t
-    FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[], $21::text[]) AS x(e, a, s, p, t)
+    INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, traceparent, award_hash)
+    SELECT e, 'disbursement.recorded', a, s, p::jsonb, clock_timestamp(), t, h
+    FROM unnest($19::uuid[], $12::text[], $14::bigint[], $20::text[], $21::text[], $23::bigint[])
+        AS x(e, a, s, p, t, h)
     ORDER BY a, s
 )
 SELECT (SELECT count(*) FILTER (WHERE payload_changed) FROM aud),

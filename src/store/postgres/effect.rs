@@ -153,14 +153,15 @@ pub(super) async fn complete(
     };
     let event_id = Uuid::now_v7();
     sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-         VALUES ($1, 'effect.completed', $2, $3, $4::jsonb, $5)",
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+         VALUES ($1, 'effect.completed', $2, $3, $4::jsonb, $5, $6)",
     )
     .bind(event_id)
     .bind(&done.namespace)
     .bind(i64::from(done.attempt))
     .bind(completed_event_json(event_id, &done))
     .bind(done.completed_at)
+    .bind(crate::store::slots::award_hash(&done.namespace))
     .persistent(named())
     .execute(&mut *tx)
     .await?;

@@ -243,8 +243,8 @@ pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result
         Ok(_) => {
             let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
             sqlx::query(
-                "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-                 VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+                "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)",
             )
             .bind(event_id)
             .bind(crate::store::shared::AUDIT_SEALED_EVENT)
@@ -252,6 +252,7 @@ pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result
             .bind(seal.seq)
             .bind(body)
             .bind(seal.sealed_at)
+            .bind(crate::store::slots::award_hash(crate::store::shared::AUDIT_EVENT_AWARD))
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;

@@ -94,14 +94,15 @@ impl SqliteStore {
         };
         let event_id = Uuid::now_v7();
         sqlx::query(
-            "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-             VALUES (?1, 'effect.completed', ?2, ?3, ?4, ?5)",
+            "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+             VALUES (?1, 'effect.completed', ?2, ?3, ?4, ?5, ?6)",
         )
         .bind(event_id.to_string())
         .bind(&done.namespace)
         .bind(i64::from(done.attempt))
         .bind(completed_event_json(event_id, &done))
         .bind(now)
+        .bind(crate::store::slots::award_hash(&done.namespace))
         .execute(&mut *tx)
         .await?;
         let detail = format!("attempt {}", done.attempt);

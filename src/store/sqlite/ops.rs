@@ -20,7 +20,7 @@ const CLAIM_COLS: &str = "c.idempotency_key AS c_key, c.award_id AS c_award_id, 
 const EVENT_COLS: &str = "o.event_id AS o_event_id, o.event_type AS o_event_type, o.award_id AS o_award_id, \
      o.sequence AS o_sequence, o.payload AS o_payload, o.created_at AS o_created_at, \
      o.published_at AS o_published_at, o.attempts AS o_attempts, o.leased_until AS o_leased_until, \
-     o.lease_owner AS o_lease_owner, o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
+     o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
 const AUDIT_COLS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
 
 /// The first row of award `?1` whose sequence is not its position.
@@ -78,7 +78,6 @@ fn event(r: &SqliteRow) -> Result<EventRecord, StoreError> {
         published_at: time_opt(r, "o_published_at")?,
         attempts: r.try_get("o_attempts")?,
         leased_until: time_opt(r, "o_leased_until")?,
-        lease_owner: r.try_get("o_lease_owner")?,
         last_error: r.try_get("o_last_error")?,
         quarantined_at: time_opt(r, "o_quarantined_at")?,
     })
@@ -454,7 +453,7 @@ pub(super) async fn redrive_outbox(
         };
         sqlx::query(
             "UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
-               leased_until = NULL, lease_owner = NULL WHERE event_id = ?1",
+               leased_until = NULL WHERE event_id = ?1",
         )
         .bind(e.event_id.to_string())
         .execute(&mut *tx)

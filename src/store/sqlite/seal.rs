@@ -204,8 +204,8 @@ pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> 
     .await?;
     let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
     sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
     .bind(event_id.to_string())
     .bind(crate::store::shared::AUDIT_SEALED_EVENT)
@@ -213,6 +213,9 @@ pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> 
     .bind(seal.seq)
     .bind(body)
     .bind(to_micros(seal.sealed_at))
+    .bind(crate::store::slots::award_hash(
+        crate::store::shared::AUDIT_EVENT_AWARD,
+    ))
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
