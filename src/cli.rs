@@ -52,6 +52,9 @@ use std::process::ExitCode;
 /// Connections a one-shot tool opens at most.
 const TOOL_POOL: u32 = 4;
 
+/// Connections of `oncegate relay`: each held slot publishes on its own.
+const RELAY_POOL: u32 = 10;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "oncegate",
@@ -219,7 +222,7 @@ impl Command {
             Self::Relay(args) => {
                 let instance = args.instance_id.clone().unwrap_or_else(hostname);
                 Job::Relay {
-                    store: args.store.settings(TOOL_POOL)?,
+                    store: args.store.settings(RELAY_POOL)?,
                     sink: args.relay.sink(&instance),
                     relay: args.relay.relay(&instance)?,
                     metrics_listen: args.metrics_listen,

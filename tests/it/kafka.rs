@@ -92,7 +92,7 @@ pub fn bootstrap() -> String {
     std::env::var("ONCEGATE_TEST_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
-fn kafka_url() -> String {
+pub fn kafka_url() -> String {
     format!("kafka://{}", bootstrap())
 }
 
@@ -109,7 +109,7 @@ fn reader(url: &str, stream: &str) -> SinkSettings {
 }
 
 /// Everything a read_committed reader finds in `topic` (or stream).
-async fn read_back(url: &str, stream: &str) -> Vec<BrokerEntry> {
+pub async fn read_back(url: &str, stream: &str) -> Vec<BrokerEntry> {
     let mut log = reader(url, stream)
         .open_log()
         .await
@@ -406,7 +406,7 @@ fn drop_repeats(entries: &mut Vec<BrokerEntry>) -> usize {
     before - entries.len()
 }
 
-fn event_id_of(e: &BrokerEntry) -> Option<String> {
+pub fn event_id_of(e: &BrokerEntry) -> Option<String> {
     e.event_id.clone().or_else(|| {
         let body: serde_json::Value = serde_json::from_str(e.body.as_deref()?).ok()?;
         Some(body["event_id"].as_str()?.to_string())
@@ -414,7 +414,7 @@ fn event_id_of(e: &BrokerEntry) -> Option<String> {
 }
 
 /// `oncegate outbox list` for `db`, reading the relay's state from `app`.
-async fn outbox_list(db: &TestDb, app: &Sidecar) -> String {
+pub async fn outbox_list(db: &TestDb, app: &Sidecar) -> String {
     let out = tokio::process::Command::new(oncegate_bin())
         .args(["outbox", "list", "--metrics", &app.metrics_addr.to_string()])
         .env_clear()
@@ -573,13 +573,21 @@ impl Broker<'_> {
 
 /// A Kafka broker of the test's own (`scripts/kafka`, KRaft, one node), to
 /// stop and start again on the same log directory: its data survives.
-struct ThrowawayKafka {
+pub struct ThrowawayKafka {
     dir: std::path::PathBuf,
-    port: u16,
+    pub port: u16,
+    /// `scripts/kafka start` options after the port.
+    options: Vec<String>,
 }
 
 impl ThrowawayKafka {
-    async fn new() -> Self {
+    pub async fn new() -> Self {
+        Self::with_options(Vec::new()).await
+    }
+
+    /// A broker started with `scripts/kafka start` options
+    /// (`--no-auto-create`, `--listener NAME,PORT,HOST:PORT`).
+    pub async fn with_options(options: Vec<String>) -> Self {
         // The controller listens on port + 1.
         let port = loop {
             let p = free_port();
@@ -588,12 +596,12 @@ impl ThrowawayKafka {
             }
         };
         let dir = std::env::temp_dir().join(unique("oncegate-kafka-"));
-        let broker = Self { dir, port };
+        let broker = Self { dir, port, options };
         broker.start().await;
         broker
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("kafka://127.0.0.1:{}", self.port)
     }
 
@@ -603,6 +611,7 @@ impl ThrowawayKafka {
         let mut args = vec![verb, dir.as_str()];
         if verb == "start" {
             args.push(&port);
+            args.extend(self.options.iter().map(String::as_str));
         }
         let status = tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka"))
             .args(&args)
@@ -612,11 +621,11 @@ impl ThrowawayKafka {
         assert!(status.success(), "scripts/kafka {verb} failed");
     }
 
-    async fn start(&self) {
+    pub async fn start(&self) {
         self.script("start").await;
     }
 
-    async fn stop(&self) {
+    pub async fn stop(&self) {
         self.script("stop").await;
     }
 }

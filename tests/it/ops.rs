@@ -520,11 +520,19 @@ async fn the_redis_stream_must_hold_every_published_event_and_nothing_else(kind:
     ];
     let _: String = r.xadd(&stream, false, None::<()>, "*", fields).await.unwrap();
     let report = reconcile(&db, Some(redis_broker(&stream))).await;
+    // The gap is also the award out of sequence where it shows: its next entry.
+    let next = row(&rows, "AWD-B2", 3);
     let expected = BTreeSet::from([
         (
             Check::Broker,
             "missing_from_broker",
             Some(lost.key.clone()),
+            Some("AWD-B2".into()),
+        ),
+        (
+            Check::Broker,
+            "award_out_of_sequence",
+            Some(next.key.clone()),
             Some("AWD-B2".into()),
         ),
         (
@@ -588,11 +596,19 @@ async fn the_jetstream_stream_must_hold_every_published_event_and_nothing_else(k
         .unwrap();
     ack.await.unwrap();
     let report = reconcile(&db, Some(broker)).await;
+    // The gap is also the award out of sequence where it shows: its next entry.
+    let next = row(&rows, "AWD-B2", 3);
     let expected = BTreeSet::from([
         (
             Check::Broker,
             "missing_from_broker",
             Some(lost.key.clone()),
+            Some("AWD-B2".into()),
+        ),
+        (
+            Check::Broker,
+            "award_out_of_sequence",
+            Some(next.key.clone()),
             Some("AWD-B2".into()),
         ),
         (

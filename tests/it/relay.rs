@@ -815,7 +815,7 @@ async fn a_broker_outage_pauses_the_relay_without_spending_attempts(kind: Kind) 
 }
 
 /// The whole stream on another Redis, oldest first.
-async fn xrange_at(url: &str, stream: &str) -> Vec<Entry> {
+pub async fn xrange_at(url: &str, stream: &str) -> Vec<Entry> {
     let client = Builder::from_config(Config::from_url(url).unwrap())
         .build()
         .unwrap();
