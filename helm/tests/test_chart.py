@@ -1139,6 +1139,7 @@ NOT_SCRAPED_HERE = {
     "oncegate_group_commit_fallbacks_total": "a batch failing on a lock",
     "oncegate_redis_breaker_state": "Redis (driven too when one answers on 127.0.0.1:6379)",
     "oncegate_sync_standby_shortfall": "Postgres with ONCEGATE_REQUIRE_SYNC_REPLICA (test_alerts.py drives it live)",
+    "oncegate_relay_outage": "a relay paused by an outage",
 }
 
 
@@ -1267,11 +1268,10 @@ def test_kafka_sink_settings_reach_the_sidecar_only():
     env = env_of(sidecar)
     # The URL (with any sasl.password in its query) only ever from the Secret.
     assert env["ONCEGATE_RELAY_SINK"]["valueFrom"]["secretKeyRef"] == {"name": "oncegate-kafka", "key": "url"}
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert env["ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID"]["value"] == "grants-relay-$(POD_NAME)"
-    names = [e["name"] for e in sidecar["env"]]
-    assert names.index("POD_NAME") < names.index("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID"), \
-        "a $(VAR) reference resolves only to a variable defined before it"
+    # The slot owns the transactional id (prefix + slot), never the pod.
+    assert env["ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX"]["value"] == "grants-relay-"
+    assert "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID" not in env, "the per-pod id is gone"
+    assert env["ONCEGATE_RELAY_SLOTS"]["value"] == "8"
     mount, volume = mounted_volume(spec, sidecar, "/etc/oncegate/kafka/ca.crt")
     assert mount["readOnly"] is True
     assert volume["secret"]["secretName"] == "kafka-client-tls"
@@ -1280,9 +1280,9 @@ def test_kafka_sink_settings_reach_the_sidecar_only():
         for c in all_containers(pod_spec(job)):
             assert "ONCEGATE_RELAY_SINK" not in env_of(c), "the migration Job never sees the broker"
             assert not any(m["name"] == "oncegate-kafka-tls" for m in c.get("volumeMounts", []))
-    # Without the prefix the binary's default (oncegate-relay-<instance id = pod name>) holds.
+    # Without the prefix the binary's default (oncegate-relay-) holds.
     plain = parse_manifests(render_raw(load_values("production")))
-    assert "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID" not in env_of(deployment_sidecar(plain)[1])
+    assert "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX" not in env_of(deployment_sidecar(plain)[1])
 
 
 def _sidecar(values: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

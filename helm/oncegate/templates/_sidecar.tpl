@@ -81,13 +81,11 @@ stopped after the consumer).
     {{- end }}
     - name: ONCEGATE_RELAY_STREAM
       value: {{ $v.relay.stream | quote }}
+    - name: ONCEGATE_RELAY_SLOTS
+      value: {{ $v.relay.slots | quote }}
     {{- if $v.relay.kafka.transactionalIdPrefix }}
-    - name: POD_NAME
-      valueFrom:
-        fieldRef:
-          fieldPath: metadata.name
-    - name: ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID
-      value: {{ printf "%s$(POD_NAME)" $v.relay.kafka.transactionalIdPrefix | quote }}
+    - name: ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX
+      value: {{ $v.relay.kafka.transactionalIdPrefix | quote }}
     {{- end }}
     {{- if $v.audit.spool.enabled }}
     - name: ONCEGATE_AUDIT_SPOOL_DIR
