@@ -283,7 +283,7 @@ md.append("## Ratios (median of the per-round ratios)\n")
 md.append("| ratio | per round | median | target | met |\n|---|---|---|---|---|")
 for label, r in summary["ratios"].items():
     per = ", ".join(fmt(x, 2) for x in r["per_round"])
-    met = "-" if r["target"].startswith("(") else ("yes" if r["met"] else "no")
+    met = "-" if not r["target"] or r["target"].startswith("(") else ("yes" if r["met"] else "no")
     md.append(f"| {label} | {per} | **{fmt(r['median'], 2)}** | {r['target']} | {met} |")
 md.append("\n## Cost: CPU microseconds per operation (from /proc, median of rounds)\n")
 md.append("| cost | per round (µs) | median (µs) | target | met |\n|---|---|---|---|---|")
