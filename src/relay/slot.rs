@@ -229,6 +229,7 @@ impl Publishing<'_> {
         }
         match &batch.stopped {
             Some(outage) => {
+                metrics::counter!("oncegate_outbox_publish_errors_total", "sink" => self.sink.name(), "kind" => "unavailable").increment(1);
                 self.breaker.failed(outage, started);
                 report.deferred = events.len() - report.published - report.failed;
             }
