@@ -335,7 +335,7 @@ async fn plant(topic: &str, events: &[(String, String, String, i64, String)]) {
 }
 
 async fn reconcile(db: &TestDb, topic: &str) -> (Option<i32>, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(crate::helpers::oncegate_bin())
         .args(["reconcile", "--sink", &kafka_url(), "--stream", topic])
         .env_clear()
         .env("DATABASE_URL", &db.url)

@@ -247,7 +247,7 @@ impl Pods {
 
 /// `oncegate outbox slots` for the test's database.
 pub async fn slots_table(db: &TestDb) -> String {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+    let out = tokio::process::Command::new(crate::helpers::oncegate_bin())
         .args(["outbox", "slots"])
         .env_clear()
         .env("DATABASE_URL", &db.url)
@@ -619,7 +619,7 @@ async fn kafka_the_slot_count_changes_while_claims_stream_and_nothing_is_publish
 
 /// `oncegate outbox slots --set N` with the pods' sink settings.
 async fn resize(pods: &Pods, count: usize) -> String {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    let mut cmd = tokio::process::Command::new(crate::helpers::oncegate_bin());
     cmd.args(["outbox", "slots", "--set", &count.to_string()])
         .env_clear()
         .env("DATABASE_URL", &pods.db.url);
