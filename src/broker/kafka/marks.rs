@@ -252,13 +252,10 @@ fn reader(url: &KafkaUrl, isolation: &str) -> Result<BaseConsumer, String> {
 fn decided_end(url: &KafkaUrl, topic: &str, partition: i32, deadline: Instant) -> Result<(i64, i64), String> {
     let everything = reader(url, "read_uncommitted")?;
     let committed = reader(url, "read_committed")?;
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let (low, high) = everything
-        .fetch_watermarks(topic, partition, left())
+    let (low, high) = watermarks(&everything, topic, partition, deadline)
         .map_err(|e| format!("reading the high watermark of {topic}/{partition}: {e}"))?;
     loop {
-        let (_, stable) = committed
-            .fetch_watermarks(topic, partition, left())
+        let (_, stable) = watermarks(&committed, topic, partition, deadline)
             .map_err(|e| format!("reading the last stable offset of {topic}/{partition}: {e}"))?;
         if stable >= high {
             return Ok((low, high));
@@ -270,6 +267,33 @@ fn decided_end(url: &KafkaUrl, topic: &str, partition: i32, deadline: Instant) -
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The partition's watermarks, waiting out a partition that has no leader
+/// yet (a marks topic just created, or a leader moving): that is the broker
+/// settling, not an outage, until the deadline.
+fn watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+) -> Result<(i64, i64), KafkaError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(topic, partition, left) {
+            Err(e) if leaderless(&e) && Instant::now() + Duration::from_millis(100) < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            answer => return answer,
+        }
+    }
+}
+
+fn leaderless(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::NotLeaderForPartition | RDKafkaErrorCode::LeaderNotAvailable)
+    )
 }
 
 /// The last readable mark of `key` in [`from`, `end`) (committed records
