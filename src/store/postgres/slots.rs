@@ -164,28 +164,13 @@ pub async fn release(pool: &PgPool, member: &str, lease: &SlotLease) -> Result<(
     Ok(())
 }
 
-/// The slot of an outbox row: its stored award hash, or (rows older
-/// writers left without one) the same hash computed from the award.
-const ROW_SLOT: &str = "coalesce(o.award_hash, oncegate_award_hash(o.award_id)) % $3";
-
 /// The slot's pending events in per-award order: nothing once the slot is
 /// no longer held with `lease`'s generation, nothing behind an earlier
-/// event of its award that waits for a retry.
+/// event of its award that waits for a retry. The statement is
+/// `oncegate_slot_pending` (migration 0015), which walks the unpublished
+/// events in order and stops at `limit`.
 pub async fn pending(pool: &PgPool, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
-    let sql = format!(
-        "SELECT o.event_id, o.event_type, o.award_id, o.sequence, o.payload::text AS payload, o.attempts, \
-           o.traceparent \
-         FROM outbox o \
-         WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND {ROW_SLOT} = $1 \
-           AND (o.leased_until IS NULL OR o.leased_until <= now()) \
-           AND NOT EXISTS (SELECT 1 FROM outbox e \
-             WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
-               AND e.leased_until > now() AND (e.created_at, e.sequence) < (o.created_at, o.sequence)) \
-           AND EXISTS (SELECT 1 FROM relay_slots s \
-             WHERE s.slot = $1 AND s.generation = $2 AND s.leased_until > now()) \
-         ORDER BY o.created_at, o.sequence LIMIT $4"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let rows = sqlx::query("SELECT * FROM oncegate_slot_pending($1, $2, $3, $4)")
         .bind(lease.slot)
         .bind(lease.generation)
         .bind(i64::from(lease.slots))

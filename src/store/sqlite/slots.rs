@@ -204,7 +204,8 @@ pub async fn pending(
            AND (o.leased_until IS NULL OR o.leased_until <= ?5) \
            AND NOT EXISTS (SELECT 1 FROM outbox e \
              WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
-               AND e.leased_until > ?5 AND (e.created_at, e.sequence) < (o.created_at, o.sequence)) \
+               AND e.leased_until IS NOT NULL AND e.leased_until > ?5 \
+               AND (e.created_at, e.sequence) < (o.created_at, o.sequence)) \
            AND EXISTS (SELECT 1 FROM relay_slots s WHERE s.slot = ?1 AND s.generation = ?2 AND s.leased_until > ?5) \
          ORDER BY o.created_at, o.sequence LIMIT ?4",
     )
