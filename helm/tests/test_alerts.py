@@ -322,49 +322,58 @@ def test_broker_lost_while_serving_fires_the_relay_breaker_alert_and_it_resolves
     time.sleep(3)  # a few evaluations on a healthy series
     assert live.alerts() == {}, "no alert while everything is healthy"
 
-    # The broker goes down while serving; new claims write outbox events.
-    live.stop_redis()
-    lost = time.time()
-    published = live.claims
-    for _ in range(3):
-        live.submit()
-    fired, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {"firing"}, 60)
-    window = float(LIVE_BREAKER_WINDOW.rstrip("s"))
-    assert fired - lost >= window, f"fired {fired - lost:.1f}s after the loss, before the {window}s window"
-    assert seen[0] is None, seen
-    alert = [a for a in live.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] == "OncegateRelayBrokerUnreachable"][0]
-    assert alert["labels"].items() >= {"namespace": NAMESPACE, "pod": POD, "sink": "redis", "severity": "warning"}.items(), alert
-    print(f"OncegateRelayBrokerUnreachable firing {fired - lost:.1f}s after the broker was lost; states {seen}")
-    live.submit()  # a lookup in the Redis tier while it is down
-    fired_tier, seen_tier = live.wait_alert("OncegateRedisBreakerOpen", {"firing"}, 60)
-    assert fired_tier - lost >= window, f"Redis tier alert fired {fired_tier - lost:.1f}s after the loss"
-    print(f"OncegateRedisBreakerOpen firing {fired_tier - lost:.1f}s after Redis was lost; states {seen_tier}")
+    try:
+        # The broker goes down while serving; new claims write outbox events.
+        # The loss is timed from before the kill: the relay may see it before
+        # stop_redis returns. The rule (min_over_time over the window) reads
+        # scraped samples, so it can fire up to one scrape interval short of the
+        # window after the breaker opened: the last sample before the loss may
+        # be that much older than the loss.
+        lost = time.time()
+        live.stop_redis()
+        published = live.claims
+        for _ in range(3):
+            live.submit()
+        fired, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {"firing"}, 60)
+        window = float(LIVE_BREAKER_WINDOW.rstrip("s")) - float(SCRAPE.rstrip("s"))
+        assert fired - lost >= window, f"fired {fired - lost:.1f}s after the loss, before the window less a scrape ({window}s)"
+        assert seen[0] is None, seen
+        alert = [a for a in live.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] == "OncegateRelayBrokerUnreachable"][0]
+        assert alert["labels"].items() >= {"namespace": NAMESPACE, "pod": POD, "sink": "redis", "severity": "warning"}.items(), alert
+        print(f"OncegateRelayBrokerUnreachable firing {fired - lost:.1f}s after the broker was lost; states {seen}")
+        live.submit()  # a lookup in the Redis tier while it is down
+        fired_tier, seen_tier = live.wait_alert("OncegateRedisBreakerOpen", {"firing"}, 60)
+        assert fired_tier - lost >= window, f"Redis tier alert fired {fired_tier - lost:.1f}s after the loss"
+        print(f"OncegateRedisBreakerOpen firing {fired_tier - lost:.1f}s after Redis was lost; states {seen_tier}")
 
-    # The broker returns on the same port: the relay resumes, the alert resolves.
-    live.start_redis()
-    back = time.time()
-    resolved, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {None}, 60)
-    print(f"resolved {resolved - back:.1f}s after the broker returned; states {seen}")
-    deadline = time.time() + 60
-    while "OncegateRedisBreakerOpen" in live.alerts():
-        assert time.time() < deadline, "the Redis tier alert did not resolve"
-        live.submit()  # lookups let the tier's breaker probe and close
-        time.sleep(0.5)
-    print(f"OncegateRedisBreakerOpen resolved {time.time() - back:.1f}s after Redis returned")
-    deadline = time.time() + 30
-    while stream_length(live) < live.claims - published:
-        assert time.time() < deadline, "the events written during the outage did not reach the stream"
-        time.sleep(0.2)
-    # The outbox age alert fired during the outage too; it resolves once the
-    # relay has drained (the next test starts from no active alert).
-    live.wait_alert("OncegateOutboxEventsWaiting", {None}, 30)
-    # This redis-server keeps nothing across a restart (no RDB, no AOF): the
-    # events published before the outage are gone from the stream, and the
-    # scheduled reconciliation says so — the critical alert fires.
-    live.wait_alert("OncegateReconciliationMismatch", {"firing"}, 30)
-    mismatch = [a for a in live.api("alerts")["data"]["alerts"]
-                if a["labels"]["alertname"] == "OncegateReconciliationMismatch"][0]
-    assert mismatch["labels"]["check"] == "broker" and float(mismatch["value"]) == published, mismatch
+        # The broker returns on the same port: the relay resumes, the alert resolves.
+        live.start_redis()
+        back = time.time()
+        resolved, seen = live.wait_alert("OncegateRelayBrokerUnreachable", {None}, 60)
+        print(f"resolved {resolved - back:.1f}s after the broker returned; states {seen}")
+        deadline = time.time() + 60
+        while "OncegateRedisBreakerOpen" in live.alerts():
+            assert time.time() < deadline, "the Redis tier alert did not resolve"
+            live.submit()  # lookups let the tier's breaker probe and close
+            time.sleep(0.5)
+        print(f"OncegateRedisBreakerOpen resolved {time.time() - back:.1f}s after Redis returned")
+        deadline = time.time() + 30
+        while stream_length(live) < live.claims - published:
+            assert time.time() < deadline, "the events written during the outage did not reach the stream"
+            time.sleep(0.2)
+        # The outbox age alert fired during the outage too; it resolves once the
+        # relay has drained (the next test starts from no active alert).
+        live.wait_alert("OncegateOutboxEventsWaiting", {None}, 30)
+        # This redis-server keeps nothing across a restart (no RDB, no AOF): the
+        # events published before the outage are gone from the stream, and the
+        # scheduled reconciliation says so — the critical alert fires.
+        live.wait_alert("OncegateReconciliationMismatch", {"firing"}, 30)
+        mismatch = [a for a in live.api("alerts")["data"]["alerts"]
+                    if a["labels"]["alertname"] == "OncegateReconciliationMismatch"][0]
+        assert mismatch["labels"]["check"] == "broker" and float(mismatch["value"]) == published, mismatch
+    finally:
+        if live.redis is None:  # a failure above must not leave the next test without Redis
+            live.start_redis()
 
 
 def test_outbox_events_waiting_during_an_outage_goes_pending_then_firing(live):
