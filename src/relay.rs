@@ -167,7 +167,7 @@ impl Relay {
         match self.sink.connect().await {
             Ok(fresh) => {
                 if fresh {
-                    self.breaker.answered();
+                    self.breaker.answered(started);
                 }
                 true
             }

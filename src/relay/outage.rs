@@ -51,12 +51,20 @@ impl Breaker {
         self.lock().since.map(|(_, p)| p)
     }
 
-    /// The broker answered: ends an outage (one log line).
-    pub fn answered(&self) {
+    /// The broker answered an attempt begun at `started`: ends an outage
+    /// (one log line). An attempt begun before the outage opened says
+    /// nothing about it (several slots publish at once: one whose publish
+    /// went out just before the broker was lost finishes after another
+    /// slot met the loss), so it ends nothing.
+    pub fn answered(&self, started: Instant) {
         let mut state = self.lock();
-        let Some((since, _)) = state.since.take() else {
+        let Some((since, _)) = state.since else {
             return;
         };
+        if started < since {
+            return;
+        }
+        state.since = None;
         state.answered = Some(Instant::now());
         if let Some((cause, resource)) = state.cause.take() {
             metrics::gauge!("oncegate_relay_outage", "sink" => self.sink, "cause" => cause, "resource" => resource)
@@ -120,5 +128,47 @@ impl Breaker {
                 tracing::warn!(sink = self.sink, error = %error, "broker unreachable; relay paused, no attempts spent")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outage() -> PublishError {
+        PublishError::Unavailable("connection closed".into())
+    }
+
+    #[test]
+    fn an_answer_to_an_attempt_begun_before_the_outage_ends_nothing() {
+        let breaker = Breaker::new("test-early", Duration::from_millis(10));
+        // Slot A's publish goes out; then slot B's meets the loss.
+        let a_started = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        breaker.failed(&outage(), Instant::now());
+        assert!(breaker.is_open());
+        // A's answer arrives after: it left before the outage, so it says
+        // nothing about whether the broker is back.
+        breaker.answered(a_started);
+        assert!(breaker.is_open(), "an earlier attempt's answer ended the outage");
+        // A probe begun after the outage opened answers: it is over.
+        std::thread::sleep(Duration::from_millis(2));
+        breaker.answered(Instant::now());
+        assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_failure_of_an_attempt_begun_before_the_last_answer_opens_nothing() {
+        let breaker = Breaker::new("test-late", Duration::from_millis(10));
+        breaker.failed(&outage(), Instant::now());
+        let b_started = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        breaker.answered(Instant::now());
+        assert!(!breaker.is_open());
+        breaker.failed(&outage(), b_started);
+        assert!(
+            !breaker.is_open(),
+            "an attempt from the ended outage opened a new one"
+        );
     }
 }

@@ -172,7 +172,7 @@ impl Publishing<'_> {
                 });
             }
         };
-        self.breaker.answered();
+        self.breaker.answered(started);
         if !settled.is_empty() {
             if !self.store.mark_published(&held.lease, &settled).await? {
                 return Ok(lost(held));
@@ -233,7 +233,7 @@ impl Publishing<'_> {
                 self.breaker.failed(outage, started);
                 report.deferred = events.len() - report.published - report.failed;
             }
-            None if report.published + report.failed > 0 => self.breaker.answered(),
+            None if report.published + report.failed > 0 => self.breaker.answered(started),
             None => {}
         }
         Ok(report)
