@@ -383,6 +383,9 @@ async fn run_relay(
     relay: RelaySettings,
     metrics_listen: SocketAddr,
 ) -> anyhow::Result<ExitCode> {
+    // The recorder first: a count made before it is installed is lost (the
+    // relay could publish before the metrics task first ran).
+    crate::metrics::handle();
     let store = open_store(&store).await?;
     let gauge_store = store.clone();
     let Some(relay) = Relay::connect(&sink, relay, store).await? else {
