@@ -483,11 +483,9 @@ impl Store for PostgresStore {
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         let row = sqlx::query(
-            "SELECT count(*) FILTER (WHERE published_at IS NULL AND quarantined_at IS NULL), \
-               coalesce(extract(epoch FROM now() - min(created_at) \
-                 FILTER (WHERE published_at IS NULL AND quarantined_at IS NULL)), 0)::float8, \
-               count(*) FILTER (WHERE quarantined_at IS NOT NULL) \
-             FROM outbox WHERE published_at IS NULL",
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8, \
+               (SELECT count(*) FROM outbox WHERE quarantined_at IS NOT NULL AND published_at IS NULL) \
+             FROM outbox_queue",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -530,10 +528,19 @@ impl Store for PostgresStore {
         report.outbox_deleted = delete_in_batches(
             &mut conn,
             "DELETE FROM outbox WHERE event_id IN ( \
-               SELECT event_id FROM outbox WHERE published_at < $1 LIMIT $2)",
+               SELECT event_id FROM outbox WHERE created_at < $1 AND published_at < $1 \
+               ORDER BY created_at LIMIT $2)",
             outbox_cutoff,
             policy.batch_size,
         )
+        .await?;
+        // Queue rows of events published by an older sidecar's relay during
+        // the upgrade to migration 0016 (its mark did not know the queue).
+        sqlx::query(
+            "DELETE FROM outbox_queue q WHERE NOT EXISTS ( \
+               SELECT 1 FROM outbox o WHERE o.event_id = q.event_id AND o.published_at IS NULL)",
+        )
+        .execute(&mut conn)
         .await?;
         let age: Option<f64> = sqlx::query_scalar(
             "SELECT extract(epoch FROM now() - min(claimed_at))::float8 FROM processed_messages",

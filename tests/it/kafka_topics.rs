@@ -297,8 +297,11 @@ async fn outbox_rows(db: &TestDb) -> Vec<(String, String, String, i64, String)> 
 }
 
 async fn mark_all_published(db: &TestDb) {
-    db.exec("UPDATE outbox SET published_at = now() - interval '1 minute'")
-        .await;
+    db.exec(
+        "WITH q AS (DELETE FROM outbox_queue) \
+         UPDATE outbox SET published_at = now() - interval '1 minute'",
+    )
+    .await;
 }
 
 /// Produces the events into `topic` as the relay would (key, headers,

@@ -140,10 +140,11 @@ async fn purge_removes_exactly_the_rows_older_than_retention(kind: Kind) {
     rows.push(audit_row("A-EDGE-IN", days_ago(30.0 - 1.0 / 24.0)));
     rows.push(audit_row("A-NEW", OffsetDateTime::now_utc()));
     store.append_audit(&rows).await.unwrap();
-    // Outbox: published 2 days ago (goes), published now (stays), never
-    // published though 40 days old (stays: the relay still owes it).
+    // Outbox: created and published 2 days ago (goes), published now
+    // (stays), never published though 40 days old (stays: the relay still
+    // owes it).
     db.exec(&format!(
-        "UPDATE outbox SET published_at = {} WHERE award_id IN ('OLD', 'EDGE-OUT')",
+        "UPDATE outbox SET created_at = {0}, published_at = {0} WHERE award_id IN ('OLD', 'EDGE-OUT')",
         ago(kind, 2 * DAY as i64)
     ))
     .await;

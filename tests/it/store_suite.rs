@@ -703,6 +703,60 @@ mod slots {
         );
     }
 
+    /// Postgres keeps the events waiting for the relay in `outbox_queue`
+    /// (migration 0016). An older sidecar's relay, still running during the
+    /// rolling upgrade, marks an event on the outbox only: the new read
+    /// skips it, the backlog it reports is the queue, and retention's run
+    /// clears the queue row it left.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_event_an_older_relay_marked_is_not_read_again_and_its_queue_row_goes() {
+        let db = TestDb::new(Kind::Postgres).await;
+        outbox_of(&db, &["AWD-U1"], 3).await;
+        let store = db.open().await;
+        assert_eq!(
+            db.scalar("SELECT count(*) FROM outbox_queue").await,
+            3,
+            "queued as written"
+        );
+        store.relay_slots_init(1).await.unwrap();
+        let lease = store.take_slots("m1", 1, LONG).await.unwrap()[0];
+        db.exec("UPDATE outbox SET published_at = now() WHERE sequence = 1")
+            .await;
+        let sequences: Vec<i64> = store
+            .slot_pending(&lease, 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.sequence)
+            .collect();
+        assert_eq!(sequences, [2, 3], "the event the older relay marked is not read");
+        let ids: Vec<uuid::Uuid> = store
+            .slot_pending(&lease, 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.event_id)
+            .collect();
+        assert!(store.mark_published(&lease, &ids[..1]).await.unwrap());
+        assert_eq!(
+            db.scalar("SELECT count(*) FROM outbox_queue").await,
+            2,
+            "a mark takes its row out"
+        );
+        let policy = oncegate::store::RetentionPolicy {
+            retention: Duration::from_secs(3 * 365 * 86_400),
+            outbox_retention: Duration::from_secs(3 * 365 * 86_400),
+            batch_size: 100,
+        };
+        assert!(store.purge(&policy).await.unwrap().ran);
+        assert_eq!(
+            db.scalar("SELECT count(*) FROM outbox_queue").await,
+            1,
+            "only the unpublished event is left"
+        );
+        assert_eq!(store.outbox_stats().await.unwrap().backlog, 1);
+    }
+
     async fn heartbeats_list_the_live_relays(kind: Kind) {
         let db = TestDb::new(kind).await;
         let store = db.open().await;

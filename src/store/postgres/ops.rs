@@ -382,7 +382,8 @@ pub(super) async fn list_outbox(
     pool: &PgPool,
     filter: &OutboxFilter,
 ) -> Result<Vec<EventRecord>, StoreError> {
-    // Pending and quarantined rows each come from their own partial index.
+    // Pending rows come from the queue, quarantined ones from their own
+    // partial index.
     let award = "($2::text IS NULL OR o.award_id = $2)";
     let quarantined = format!(
         "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL AND o.published_at IS NULL \
@@ -392,9 +393,10 @@ pub(super) async fn list_outbox(
         quarantined
     } else {
         format!(
-            "SELECT * FROM (({quarantined}) UNION ALL (SELECT {EVENT_COLS} FROM outbox o \
+            "SELECT * FROM (({quarantined}) UNION ALL (SELECT {EVENT_COLS} FROM outbox_queue q \
+               JOIN outbox o ON o.event_id = q.event_id \
                WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND {award} \
-               ORDER BY o.created_at, o.sequence LIMIT $1)) u \
+               ORDER BY q.created_at, q.sequence LIMIT $1)) u \
              ORDER BY o_created_at, o_sequence LIMIT $1"
         )
     };
@@ -447,8 +449,12 @@ pub(super) async fn redrive_outbox(
     if !redriven.is_empty() {
         let ids: Vec<Uuid> = redriven.iter().map(|e| e.event_id).collect();
         sqlx::query(
-            "UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
-               leased_until = NULL WHERE event_id = ANY($1)",
+            "WITH r AS (UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
+               leased_until = NULL WHERE event_id = ANY($1) \
+               RETURNING event_id, award_id, award_hash, created_at, sequence) \
+             INSERT INTO outbox_queue (event_id, award_id, award_hash, created_at, sequence) \
+             SELECT event_id, award_id, coalesce(award_hash, oncegate_award_hash(award_id)), created_at, sequence \
+             FROM r ON CONFLICT (event_id) DO UPDATE SET leased_until = NULL",
         )
         .bind(&ids)
         .execute(&mut *tx)

@@ -167,8 +167,8 @@ pub async fn release(pool: &PgPool, member: &str, lease: &SlotLease) -> Result<(
 /// The slot's pending events in per-award order: nothing once the slot is
 /// no longer held with `lease`'s generation, nothing behind an earlier
 /// event of its award that waits for a retry. The statement is
-/// `oncegate_slot_pending` (migration 0015), which walks the unpublished
-/// events in order and stops at `limit`.
+/// `oncegate_slot_pending` (migrations 0015 and 0016), which walks the
+/// queue of unpublished events in order and stops at `limit`.
 pub async fn pending(pool: &PgPool, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
     let rows = sqlx::query("SELECT * FROM oncegate_slot_pending($1, $2, $3, $4)")
         .bind(lease.slot)
@@ -198,6 +198,7 @@ pub async fn pending(pool: &PgPool, lease: &SlotLease, limit: i64) -> Result<Vec
 pub async fn mark_published(pool: &PgPool, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
     let held: bool = sqlx::query_scalar(
         "WITH s AS (SELECT slot FROM relay_slots WHERE slot = $1 AND generation = $2 FOR SHARE), \
+         q AS (DELETE FROM outbox_queue WHERE event_id = ANY($3) AND EXISTS (SELECT 1 FROM s) RETURNING 1), \
          m AS (UPDATE outbox SET published_at = now(), leased_until = NULL \
            WHERE event_id = ANY($3) AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) RETURNING 1) \
          SELECT EXISTS (SELECT 1 FROM s)",
@@ -227,7 +228,11 @@ pub async fn record_failure(
              leased_until = now() + $6 * interval '1 millisecond', \
              quarantined_at = CASE WHEN attempts + 1 >= $5 THEN now() END \
            WHERE event_id = $3 AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) \
-           RETURNING quarantined_at IS NOT NULL AS q) \
+           RETURNING event_id, leased_until, quarantined_at IS NOT NULL AS q), \
+         w AS (UPDATE outbox_queue SET leased_until = u.leased_until FROM u \
+           WHERE outbox_queue.event_id = u.event_id AND NOT u.q RETURNING 1), \
+         d AS (DELETE FROM outbox_queue USING u \
+           WHERE outbox_queue.event_id = u.event_id AND u.q RETURNING 1) \
          SELECT EXISTS (SELECT 1 FROM s), coalesce((SELECT q FROM u), false)",
     )
     .bind(lease.slot)
@@ -246,10 +251,8 @@ pub async fn record_failure(
 pub async fn table(pool: &PgPool) -> Result<SlotTable, StoreError> {
     let rows = sqlx::query(
         "WITH n AS (SELECT count(*) AS n FROM relay_slots WHERE in_use), \
-         p AS (SELECT (coalesce(o.award_hash, oncegate_award_hash(o.award_id)) % (SELECT n FROM n))::int4 AS slot, \
-                 count(*) AS pending \
-               FROM outbox o WHERE o.published_at IS NULL AND o.quarantined_at IS NULL \
-                 AND (SELECT n FROM n) > 0 GROUP BY 1) \
+         p AS (SELECT (q.award_hash % (SELECT n FROM n))::int4 AS slot, count(*) AS pending \
+               FROM outbox_queue q WHERE (SELECT n FROM n) > 0 GROUP BY 1) \
          SELECT s.slot, s.owner, s.generation, \
            CASE WHEN s.leased_until > now() THEN extract(epoch FROM s.leased_until - now())::float8 END, \
            coalesce(p.pending, 0) \
