@@ -185,7 +185,14 @@ impl Sink for KafkaSink {
             CONNECT_TIMEOUT,
         )
         .await?;
-        let settled = self.settle(slot.index, &id).await?;
+        let settled = match self.settle(slot.index, &id).await {
+            Ok(settled) => settled,
+            Err(e) => {
+                // As in `release`: destroying the handle waits for its threads.
+                let _ = tokio::task::spawn_blocking(move || drop(producer)).await;
+                return Err(e);
+            }
+        };
         producer.carry(&settled);
         self.lock_slots().insert(slot.index, Arc::new(producer));
         Ok(settled)

@@ -47,15 +47,22 @@ pub async fn declare(url: &KafkaUrl, topic: &str, slots: u32, timeout: Duration)
         .create()
         .map_err(|e| unavailable("creating the Kafka admin client", &e))?;
     let options = AdminOptions::new().operation_timeout(Some(timeout));
-    let partitions = match partitions_of(url, topic, timeout).await? {
-        Some(n) => n,
-        None => create(&admin, topic, slots, &options).await?,
-    };
-    check_compacted(&admin, topic, &options, timeout).await?;
-    if partitions < slots {
-        grow(&admin, topic, slots, &options, timeout).await?;
+    let declared = async {
+        let partitions = match partitions_of(url, topic, timeout).await? {
+            Some(n) => n,
+            None => create(&admin, topic, slots, &options).await?,
+        };
+        check_compacted(&admin, topic, &options, timeout).await?;
+        if partitions < slots {
+            grow(&admin, topic, slots, &options, timeout).await?;
+        }
+        Ok(())
     }
-    Ok(())
+    .await;
+    // Destroying a librdkafka handle waits for its threads: not on an async
+    // thread, where it would stall every other task.
+    let _ = tokio::task::spawn_blocking(move || drop(admin)).await;
+    declared
 }
 
 fn unavailable(what: &str, e: &KafkaError) -> PublishError {

@@ -83,9 +83,11 @@ impl SlotProducer {
             .create()
             .map_err(|e| unavailable("creating the Kafka producer", &e))?;
         let init = producer.clone();
-        blocking(move || init.init_transactions(timeout))
-            .await
-            .map_err(|e| match e.rdkafka_error_code() {
+        if let Err(e) = blocking(move || init.init_transactions(timeout)).await {
+            // Destroying a librdkafka handle waits for its threads: not on
+            // an async thread, where it would stall every other task.
+            blocking(move || drop(producer)).await;
+            return Err(match e.rdkafka_error_code() {
                 Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => PublishError::Blocked(Blocked {
                     cause: BlockCause::NotAuthorized,
                     resource: transactional_id.to_string(),
@@ -94,7 +96,8 @@ impl SlotProducer {
                         .into(),
                 }),
                 _ => unavailable("initialising Kafka transactions", &e),
-            })?;
+            });
+        }
         Ok(Self {
             producer,
             transactional_id: transactional_id.to_string(),
