@@ -46,11 +46,13 @@ pub async fn declare(url: &KafkaUrl, topic: &str, slots: u32, timeout: Duration)
         .client_config()
         .create()
         .map_err(|e| unavailable("creating the Kafka admin client", &e))?;
-    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    let options = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
     let declared = async {
         let partitions = match partitions_of(url, topic, timeout).await? {
             Some(n) => n,
-            None => create(&admin, topic, slots, &options).await?,
+            None => create(&admin, topic, slots, &options, timeout).await?,
         };
         check_compacted(&admin, topic, &options, timeout).await?;
         if partitions < slots {
@@ -113,15 +115,20 @@ async fn create(
     topic: &str,
     slots: u32,
     options: &AdminOptions,
+    timeout: Duration,
 ) -> Result<u32, PublishError> {
     let partitions = slots.max(MIN_PARTITIONS);
     let marks = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(-1))
         .set("cleanup.policy", "compact")
         .set("segment.ms", "600000")
         .set("min.cleanable.dirty.ratio", "0.1");
-    let created = admin
-        .create_topics([&marks], options)
+    // Bounded here as the other admin calls are: a request the broker
+    // never answers (lost while it was in flight) otherwise waits for
+    // librdkafka's socket timeout, a minute, with the slot neither taken
+    // nor counted as an outage.
+    let created = tokio::time::timeout(timeout, admin.create_topics([&marks], options))
         .await
+        .map_err(|_| PublishError::Unavailable(format!("creating Kafka topic {topic:?}: timed out")))?
         .map_err(|e| unavailable(&format!("creating Kafka topic {topic:?}"), &e))?;
     for result in created {
         match result {
