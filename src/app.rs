@@ -22,7 +22,7 @@ use crate::secret::mask_url;
 use crate::server::GateService;
 use crate::server::effects::EffectsService;
 use crate::shutdown::{Phase, Shutdown, Stop, Tasks, unexpected_exit};
-use crate::store::{self, ClaimContext, RetentionPolicy, Store, StoreSettings};
+use crate::store::{self, AdminStore, ClaimContext, EffectStore, RetentionPolicy, Store, StoreSettings};
 use crate::submission::Limits;
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -126,7 +126,7 @@ pub struct App {
 }
 
 /// Waits for the store (it may be starting too), then migrates or pings it.
-async fn prepare_store(store: &dyn Store, migrate: bool, timeout: Duration) -> anyhow::Result<()> {
+async fn prepare_store(store: &dyn AdminStore, migrate: bool, timeout: Duration) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut delay = Duration::from_millis(200);
     loop {
@@ -156,7 +156,7 @@ async fn prepare_store(store: &dyn Store, migrate: bool, timeout: Duration) -> a
 /// Says at start whether the database role is privileged (log line and
 /// `oncegate_db_role_privileged`); with `require`, a privileged role is a
 /// configuration error (exit 64).
-async fn check_privileges(store: &dyn Store, require: bool) -> anyhow::Result<()> {
+async fn check_privileges(store: &dyn AdminStore, require: bool) -> anyhow::Result<()> {
     let Some(excess) = store
         .privilege_excess()
         .await
@@ -188,7 +188,7 @@ async fn check_privileges(store: &dyn Store, require: bool) -> anyhow::Result<()
 /// the Gate NOT_SERVING, and resumes by itself when the standby is there
 /// (`crate::primary::guard`); only a database without the guard's function
 /// (migration 0014 not applied) is a configuration error (exit 64).
-async fn check_replication(store: &dyn Store, require: bool) -> anyhow::Result<()> {
+async fn check_replication(store: &dyn AdminStore, require: bool) -> anyhow::Result<()> {
     let r = match store.replication().await {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(()),
@@ -264,7 +264,7 @@ fn load_tls(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
 /// The effects service's tiers (DESIGN §9): its own L1, the shared L2.
 fn effects(
     config: &AppConfig,
-    store: Arc<dyn Store>,
+    store: Arc<dyn EffectStore>,
     redis: Option<Arc<RedisTier>>,
     audit: AuditQueue,
 ) -> Effects {

@@ -12,7 +12,7 @@
 pub mod spool;
 
 use crate::shutdown::Stop;
-use crate::store::{AuditEntry, Store};
+use crate::store::{AuditEntry, ClaimStore};
 use spool::{Replayed, Spool};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +45,7 @@ impl AuditQueue {
     /// A queue holding at most `capacity` rows, and its flusher.
     pub fn new(
         capacity: usize,
-        store: Arc<dyn Store>,
+        store: Arc<dyn ClaimStore>,
         batch: usize,
         interval: Duration,
     ) -> (Self, AuditFlusher) {
@@ -56,7 +56,7 @@ impl AuditQueue {
     /// before anything new.
     pub fn spooled(
         capacity: usize,
-        store: Arc<dyn Store>,
+        store: Arc<dyn ClaimStore>,
         batch: usize,
         interval: Duration,
         spool: Option<(Arc<Spool>, Replayed)>,
@@ -101,7 +101,7 @@ impl AuditQueue {
 /// The writer side, run as a background task.
 pub struct AuditFlusher {
     rx: mpsc::Receiver<Numbered>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn ClaimStore>,
     batch: usize,
     interval: Duration,
     /// Rows taken from the queue but not yet written (kept across a failed

@@ -39,7 +39,9 @@ use crate::key::key_prefix;
 use crate::pb;
 use crate::primary::{Epoch, PrimaryWatch};
 use crate::redis_tier::RedisTier;
-use crate::store::{AuditDecision, AuditEntry, BeginOutcome, CompletedEffect, FencedOutcome, Store, Tier};
+use crate::store::{
+    AuditDecision, AuditEntry, BeginOutcome, CompletedEffect, EffectStore, FencedOutcome, Tier,
+};
 use request::{BeginRequest, Fenced};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -87,7 +89,7 @@ pub enum Begun {
 }
 
 pub struct Effects {
-    store: Arc<dyn Store>,
+    store: Arc<dyn EffectStore>,
     l1: EffectCache,
     l2: Option<Arc<RedisTier>>,
     audit: AuditQueue,
@@ -103,7 +105,7 @@ pub struct Effects {
 
 impl Effects {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn EffectStore>,
         l1: EffectCache,
         l2: Option<Arc<RedisTier>>,
         audit: AuditQueue,

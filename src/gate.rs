@@ -34,7 +34,7 @@ use crate::pb;
 use crate::primary::{Epoch, PrimaryWatch};
 use crate::redis_tier::{Lease, RedisTier};
 pub use crate::store::Tier;
-use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, Store, StoredResult};
+use crate::store::{AuditDecision, AuditEntry, ClaimOutcome, ClaimStore, StoredResult};
 use crate::submission::{Limits, Submission};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,7 +50,7 @@ pub struct Decided {
 }
 
 pub struct Gate {
-    store: Arc<dyn Store>,
+    store: Arc<dyn ClaimStore>,
     l1: LocalCache,
     l2: Option<Arc<RedisTier>>,
     committer: Committer,
@@ -64,7 +64,7 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn ClaimStore>,
         l1: LocalCache,
         l2: Option<Arc<RedisTier>>,
         committer: Committer,

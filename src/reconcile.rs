@@ -38,7 +38,7 @@ pub use report::{Check, CheckReport, Mismatch, Report};
 use crate::broker::{BrokerEntry, BrokerLog, Coverage, SinkSettings};
 use crate::error::StoreError;
 use crate::shutdown::Stop;
-use crate::store::Store;
+use crate::store::OpsStore;
 use crate::store::ops::LedgerMatch;
 use compare::{EntryVerdict, Windows};
 use report::Tally;
@@ -84,7 +84,7 @@ pub enum ReconcileError {
 }
 
 pub struct Reconciler {
-    store: Arc<dyn Store>,
+    store: Arc<dyn OpsStore>,
     settings: ReconcileSettings,
 }
 
@@ -97,7 +97,7 @@ fn before(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
 }
 
 impl Reconciler {
-    pub fn new(store: Arc<dyn Store>, settings: ReconcileSettings) -> Self {
+    pub fn new(store: Arc<dyn OpsStore>, settings: ReconcileSettings) -> Self {
         Self { store, settings }
     }
 

@@ -52,7 +52,7 @@ use crate::broker::{Sink, SinkSettings};
 use crate::error::StoreError;
 use crate::shutdown::Stop;
 use crate::store::slots::{RelayMember, SlotLease};
-use crate::store::{OutboxEvent, Store};
+use crate::store::{OutboxEvent, RelayStore};
 use outage::Breaker;
 use slot::{Held, Publishing};
 use std::collections::BTreeMap;
@@ -84,7 +84,7 @@ pub struct RelaySettings {
 }
 
 pub struct Relay {
-    store: Arc<dyn Store>,
+    store: Arc<dyn RelayStore>,
     sink: Arc<dyn Sink>,
     settings: RelaySettings,
     member: String,
@@ -95,7 +95,7 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn new(store: Arc<dyn Store>, sink: Arc<dyn Sink>, settings: RelaySettings) -> Self {
+    pub fn new(store: Arc<dyn RelayStore>, sink: Arc<dyn Sink>, settings: RelaySettings) -> Self {
         let member = format!(
             "{}/{}",
             settings.owner,
@@ -119,7 +119,7 @@ impl Relay {
     pub async fn connect(
         sink: &SinkSettings,
         settings: RelaySettings,
-        store: Arc<dyn Store>,
+        store: Arc<dyn RelayStore>,
     ) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
         let sink = sink.build().context("configuring ONCEGATE_RELAY_SINK")?;
@@ -455,7 +455,7 @@ async fn wake_on_outbox(relay: Arc<Relay>, wake: watch::Sender<u64>, mut stop: S
 /// Refreshes the outbox gauges from the store every `interval`, whatever
 /// the relay is doing (paused by an outage, backing off, busy), so the
 /// backlog alert sees events waiting during an outage.
-pub async fn report_outbox_gauges(store: &dyn Store, interval: Duration, mut stop: Stop) {
+pub async fn report_outbox_gauges(store: &dyn RelayStore, interval: Duration, mut stop: Stop) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

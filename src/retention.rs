@@ -3,13 +3,13 @@
 //! shorter window. One instance purges at a time (the store's lock).
 
 use crate::shutdown::Stop;
-use crate::store::{PurgeReport, RetentionPolicy, Store};
+use crate::store::{AdminStore, PurgeReport, RetentionPolicy};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Refuses a retention below the floor the database holds (Postgres): a
 /// configuration error naming both values, never a silent clamp.
-pub async fn check_floor(store: &dyn Store, policy: &RetentionPolicy) -> anyhow::Result<()> {
+pub async fn check_floor(store: &dyn AdminStore, policy: &RetentionPolicy) -> anyhow::Result<()> {
     use anyhow::Context;
     let floor = store
         .retention_floor()
@@ -28,12 +28,12 @@ pub async fn check_floor(store: &dyn Store, policy: &RetentionPolicy) -> anyhow:
 }
 
 pub struct Retention {
-    store: Arc<dyn Store>,
+    store: Arc<dyn AdminStore>,
     policy: RetentionPolicy,
 }
 
 impl Retention {
-    pub fn new(store: Arc<dyn Store>, policy: RetentionPolicy) -> Self {
+    pub fn new(store: Arc<dyn AdminStore>, policy: RetentionPolicy) -> Self {
         Self { store, policy }
     }
 

@@ -6,9 +6,9 @@
 //! - [`Sealer`]: one sealing run ([`Sealer::step`]: `serve` every
 //!   `ONCEGATE_AUDIT_SEAL_INTERVAL` and once more after the audit queue is
 //!   flushed on shutdown; `oncegate audit seal` once). One instance at a time
-//!   ([`crate::store::Store::lock_sealing`]). A run seals the rows written
+//!   ([`crate::store::AuditStore::lock_sealing`]). A run seals the rows written
 //!   since the last seal, up to the store's horizon
-//!   ([`crate::store::Store::audit_seal_horizon`]): every row that will ever
+//!   ([`crate::store::AuditStore::audit_seal_horizon`]): every row that will ever
 //!   hold an id up to it is already committed and visible, so no row is
 //!   skipped; each seal starts right after the previous one's last id, so
 //!   none is covered twice. A seal covers at most `max_rows` rows; a run
@@ -28,7 +28,7 @@ pub mod verify;
 
 use crate::error::StoreError;
 use crate::shutdown::Stop;
-use crate::store::{AuditSeal, RowCursor, SealHorizon, Store, TimeRange};
+use crate::store::{AuditSeal, AuditStore, RowCursor, SealHorizon, TimeRange};
 use canonical::{Head, SealBuilder};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,12 +82,12 @@ pub enum SealRun {
 const PAGE: i64 = 5_000;
 
 pub struct Sealer {
-    store: Arc<dyn Store>,
+    store: Arc<dyn AuditStore>,
     settings: SealSettings,
 }
 
 impl Sealer {
-    pub fn new(store: Arc<dyn Store>, settings: SealSettings) -> Self {
+    pub fn new(store: Arc<dyn AuditStore>, settings: SealSettings) -> Self {
         Self { store, settings }
     }
 
@@ -261,7 +261,7 @@ impl Sealer {
 
 /// Verifies the whole chain every `interval` (the first time one interval
 /// after start) until `stop`, and sets `oncegate_audit_verify_mismatches`.
-pub async fn run_verifier(store: Arc<dyn Store>, interval: Duration, mut stop: Stop) {
+pub async fn run_verifier(store: Arc<dyn AuditStore>, interval: Duration, mut stop: Stop) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

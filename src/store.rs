@@ -502,24 +502,38 @@ pub trait HeldLock: Send {
     async fn release(self: Box<Self>) -> Result<(), StoreError>;
 }
 
-/// A claim transaction begun by [`Store::begin_claim`], holding what that
-/// store needs (for Postgres, its open transaction). Dropped unused, the
-/// transaction rolls back.
-pub struct OpenClaim(pub Box<dyn std::any::Any + Send>);
+/// A claim transaction begun by [`ClaimStore::begin_claim`]: the backend's
+/// own transaction, one variant per backend that begins early (SQLite does
+/// not), so a store takes back only its own. Dropped unused, it rolls back.
+pub enum OpenClaim {
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
 
 pub use crate::primary::guard::{CommitSetting, Replication, Shortfall};
 
-/// The authoritative store.
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
+/// The authoritative store: every capability, for whoever opens it
+/// ([`open`]). A component takes the capability it uses.
+pub trait Store: ClaimStore + RelayStore + EffectStore + OpsStore + AuditStore + AdminStore {}
+
+impl<T: ClaimStore + RelayStore + EffectStore + OpsStore + AuditStore + AdminStore> Store for T {}
+
+/// What every capability of a store knows: its backend, and the server its
+/// connections reach (DESIGN §7).
+pub trait StoreBase: Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
-    /// Applies this backend's migrations.
-    async fn migrate(&self) -> Result<(), StoreError>;
+    /// Who this store's connections reach (DESIGN §7): the watch every new
+    /// connection and [`AdminStore::probe_primary`] report to, and
+    /// that tells the caches whether, and in which epoch, they may answer.
+    /// An embedded store has no failover: always trusted.
+    fn primary(&self) -> Arc<PrimaryWatch> {
+        Arc::new(PrimaryWatch::embedded())
+    }
+}
 
-    /// Cheap reachability check.
-    async fn ping(&self) -> Result<(), StoreError>;
-
+/// Claims and lookups: what group commit and the gate use.
+#[async_trait]
+pub trait ClaimStore: StoreBase {
     /// Claims a batch in one transaction: one outcome per item, in order,
     /// exactly as if each item had run alone (see [`ClaimBatch`]), and one
     /// audit row per item, repeats included. On `Err` nothing was written.
@@ -536,8 +550,8 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// [`claim_batch`](Store::claim_batch) in a transaction from
-    /// [`begin_claim`](Store::begin_claim).
+    /// [`claim_batch`](Self::claim_batch) in a transaction from
+    /// [`begin_claim`](Self::begin_claim).
     async fn claim_batch_in(
         &self,
         open: OpenClaim,
@@ -557,9 +571,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends audit rows (duplicates answered by a cache tier, rejections).
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError>;
+}
 
-    // The relay's slots (DESIGN §4, "Across pods"; `store::slots`).
-
+/// The outbox as the relay sees it: slots, their events, and the marks
+/// (DESIGN §4, "Across pods"; `store::slots`).
+#[async_trait]
+pub trait RelayStore: StoreBase {
     /// Creates `count` slots when the outbox has none yet; the count in force.
     async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError>;
 
@@ -631,61 +648,16 @@ pub trait Store: Send + Sync + 'static {
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError>;
 
-    /// One retention run; returns `ran: false` if another instance holds the lock.
-    async fn purge(&self, policy: &RetentionPolicy) -> Result<PurgeReport, StoreError>;
-
-    async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError>;
-
-    /// What the connected role may do beyond least privilege (DESIGN §3):
-    /// empty when it is the application role, `None` where the store has
-    /// no roles (SQLite: whoever opens the file can do anything).
-    async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError>;
-
-    /// Whether a commit this store acknowledges is also on a standby
-    /// (DESIGN §7): `None` where the store has no replication (SQLite).
-    async fn replication(&self) -> Result<Option<Replication>, StoreError> {
-        Ok(None)
-    }
-
-    /// Who this store's connections reach (DESIGN §7): the watch every new
-    /// connection and [`probe_primary`](Self::probe_primary) report to, and
-    /// that tells the caches whether, and in which epoch, they may answer.
-    /// An embedded store has no failover: always trusted.
-    fn primary(&self) -> Arc<PrimaryWatch> {
-        Arc::new(PrimaryWatch::embedded())
-    }
-
-    /// Reads the server's identity on a connection of the probe's own (kept
-    /// open between probes) and reports it to [`primary`](Self::primary);
-    /// an error (or no answer within `timeout`) means no connection
-    /// confirmed it. Nothing to do without a
-    /// server.
-    async fn probe_primary(&self, timeout: Duration) -> Result<(), StoreError> {
-        let _ = timeout;
-        Ok(())
-    }
-
-    /// Grants `role` exactly the application role's privileges (run as the
-    /// owner, after migrating). Postgres only.
-    async fn grant_app_role(&self, role: &str) -> Result<(), StoreError>;
-
-    /// The shortest retention the database itself enforces, if it holds one
-    /// (Postgres: the owner's `oncegate_retention_floor`).
-    async fn retention_floor(&self) -> Result<Option<Duration>, StoreError>;
-
-    /// Connections open and idle, for the pool gauges.
-    fn pool_usage(&self) -> Option<(u32, usize)> {
-        None
-    }
-
     /// Waits until an outbox insert is signalled or `timeout` passes.
     /// Backends without notifications just sleep (polling).
     async fn wait_for_outbox(&self, timeout: Duration);
+}
 
-    // Effects outside the ledger (DESIGN §9): one record per namespace and
-    // key, its lease authoritative here. Each call is one transaction with
-    // its audit row (and, for Complete, its outbox event).
-
+/// Effects outside the ledger (DESIGN §9): one record per namespace and
+/// key, its lease authoritative here. Each call is one transaction with its
+/// audit row (and, for Complete, its outbox event).
+#[async_trait]
+pub trait EffectStore: StoreBase {
     /// Takes the record's lease when it is new, released or expired (a
     /// re-take bumps `attempt` and installs `begin.token` in one statement,
     /// so two callers never both hold it); otherwise reports what holds it.
@@ -711,11 +683,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The record as stored (read-only).
     async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError>;
+}
 
-    // Operations (DESIGN §10): reconcile, inspect, outbox list and redrive.
-    // Every read is one short statement: nothing locks the ledger or holds
-    // a snapshot for longer than one batch.
-
+/// Operations (DESIGN §10): reconcile, inspect, outbox list and redrive.
+/// Every read is one short statement: nothing locks the ledger or holds a
+/// snapshot for longer than one batch.
+#[async_trait]
+pub trait OpsStore: StoreBase {
     /// The store's clock and the oldest claim and published event left.
     async fn reconcile_start(&self) -> Result<ops::ReconcileStart, StoreError>;
 
@@ -786,10 +760,12 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
         by: &ops::RedriveBy,
     ) -> Result<Vec<ops::RedriveOutcome>, StoreError>;
+}
 
-    // The sealed audit trail (DESIGN §10). The store reads and writes rows;
-    // `crate::seal` decides what a seal covers, digests and verifies.
-
+/// The sealed audit trail (DESIGN §10). The store reads and writes rows;
+/// `crate::seal` decides what a seal covers, digests and verifies.
+#[async_trait]
+pub trait AuditStore: StoreBase {
     /// Takes the sealing lock: one sealer at a time across instances, and
     /// no audit rows purged meanwhile. `None` when another instance holds it.
     async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError>;
@@ -829,6 +805,56 @@ pub trait Store: Send + Sync + 'static {
     /// The lawful-purge records of the seals numbered `seqs` (inclusive), or
     /// with `None` those of rows purged before a seal covered them.
     async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError>;
+}
+
+/// Administration: migrations, privileges, retention, and the server's
+/// health (reachability, replication, the pool).
+#[async_trait]
+pub trait AdminStore: StoreBase {
+    /// Applies this backend's migrations.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Cheap reachability check.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Whether a commit this store acknowledges is also on a standby
+    /// (DESIGN §7): `None` where the store has no replication (SQLite).
+    async fn replication(&self) -> Result<Option<Replication>, StoreError> {
+        Ok(None)
+    }
+
+    /// Reads the server's identity on a connection of the probe's own (kept
+    /// open between probes) and reports it to [`StoreBase::primary`];
+    /// an error (or no answer within `timeout`) means no connection
+    /// confirmed it. Nothing to do without a
+    /// server.
+    async fn probe_primary(&self, timeout: Duration) -> Result<(), StoreError> {
+        let _ = timeout;
+        Ok(())
+    }
+
+    /// Connections open and idle, for the pool gauges.
+    fn pool_usage(&self) -> Option<(u32, usize)> {
+        None
+    }
+
+    /// What the connected role may do beyond least privilege (DESIGN §3):
+    /// empty when it is the application role, `None` where the store has
+    /// no roles (SQLite: whoever opens the file can do anything).
+    async fn privilege_excess(&self) -> Result<Option<Vec<String>>, StoreError>;
+
+    /// Grants `role` exactly the application role's privileges (run as the
+    /// owner, after migrating). Postgres only.
+    async fn grant_app_role(&self, role: &str) -> Result<(), StoreError>;
+
+    /// The shortest retention the database itself enforces, if it holds one
+    /// (Postgres: the owner's `oncegate_retention_floor`).
+    async fn retention_floor(&self) -> Result<Option<Duration>, StoreError>;
+
+    /// One retention run; returns `ran: false` if another instance holds the lock.
+    async fn purge(&self, policy: &RetentionPolicy) -> Result<PurgeReport, StoreError>;
+
+    async fn ledger_summary(&self) -> Result<LedgerSummary, StoreError>;
 }
 
 /// Opens the store for its URL: `postgres://…` or `sqlite://path`.

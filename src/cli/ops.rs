@@ -17,7 +17,7 @@ use crate::reconcile::{ReconcileSettings, Reconciler};
 use crate::store::ops::{
     EventRecord, EventState, KeyInspection, OutboxFilter, RedriveBy, RedriveOutcome, RedriveTarget,
 };
-use crate::store::{Store, StoreSettings};
+use crate::store::{OpsStore, RelayStore, Store, StoreSettings};
 use crate::time_fmt::rfc3339;
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -336,7 +336,7 @@ pub async fn run(job: OpsJob) -> anyhow::Result<ExitCode> {
 
 /// `outbox slots`: the table, after changing the count when asked.
 async fn slots(
-    store: &dyn Store,
+    store: &dyn RelayStore,
     set: Option<(i32, crate::broker::SinkSettings)>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -459,7 +459,7 @@ fn key_json(k: &KeyInspection, now: OffsetDateTime) -> serde_json::Value {
     })
 }
 
-async fn inspect(store: &dyn Store, target: Inspect, json: bool) -> anyhow::Result<ExitCode> {
+async fn inspect(store: &dyn OpsStore, target: Inspect, json: bool) -> anyhow::Result<ExitCode> {
     let now = OffsetDateTime::now_utc();
     match target {
         Inspect::Key(key) => {
@@ -638,7 +638,7 @@ async fn list(
 }
 
 async fn retry(
-    store: &dyn Store,
+    store: &dyn OpsStore,
     target: RedriveTarget,
     by: &RedriveBy,
     json: bool,
@@ -671,7 +671,7 @@ async fn retry(
 /// quarantines again meanwhile (the broker still refuses it) is not
 /// redriven twice by one command.
 async fn redrive_all(
-    store: &dyn Store,
+    store: &dyn OpsStore,
     target: &RedriveTarget,
     by: &RedriveBy,
 ) -> anyhow::Result<Vec<RedriveOutcome>> {

@@ -21,7 +21,7 @@
 
 use crate::broker::{Sink, SinkSettings, SlotId};
 use crate::error::StoreError;
-use crate::store::Store;
+use crate::store::RelayStore;
 use crate::store::slots::SlotLease;
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ pub struct Resized {
 /// relays' sink: needed when they publish transactionally (Kafka), which
 /// the live relays' registrations tell.
 pub async fn resize(
-    store: &dyn Store,
+    store: &dyn RelayStore,
     sink: Option<&SinkSettings>,
     count: i32,
     member: &str,
@@ -93,7 +93,7 @@ pub async fn resize(
 /// broker with slot identities (Kafka), refused when it is another broker
 /// than theirs.
 async fn checked_sink(
-    store: &dyn Store,
+    store: &dyn RelayStore,
     sink: Option<&SinkSettings>,
 ) -> Result<Option<std::sync::Arc<dyn Sink>>, ResizeError> {
     let table = store.relay_slot_table().await?;
@@ -123,7 +123,11 @@ async fn checked_sink(
 }
 
 /// Takes every old slot's broker identity and marks what it settles.
-async fn settle_all(store: &dyn Store, sink: &dyn Sink, seized: &[SlotLease]) -> Result<usize, ResizeError> {
+async fn settle_all(
+    store: &dyn RelayStore,
+    sink: &dyn Sink,
+    seized: &[SlotLease],
+) -> Result<usize, ResizeError> {
     let mut settled = 0;
     for lease in seized {
         let slot = SlotId {
@@ -146,7 +150,7 @@ async fn settle_all(store: &dyn Store, sink: &dyn Sink, seized: &[SlotLease]) ->
     Ok(settled)
 }
 
-async fn give_back(store: &dyn Store, member: &str, seized: &[SlotLease]) {
+async fn give_back(store: &dyn RelayStore, member: &str, seized: &[SlotLease]) {
     for lease in seized {
         if let Err(e) = store.release_slot(member, lease).await {
             tracing::warn!(slot = lease.slot, error = %e, "giving a slot back after a failed resize failed; it is free when its lease runs out");

@@ -13,7 +13,7 @@
 use super::canonical::{RowText, SealText};
 use super::verify::{Checker, Checks, VerifyReport};
 use crate::error::StoreError;
-use crate::store::{AuditPurge, AuditRecord, AuditSeal, RowCursor, Store, TimeRange};
+use crate::store::{AuditPurge, AuditRecord, AuditSeal, AuditStore, RowCursor, TimeRange};
 use crate::time_fmt::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -336,7 +336,7 @@ impl OutFile {
 /// Writes the seals whose rows overlap `range`, each with its rows and
 /// purge records, to `target`. `progress` hears (rows done, rows total).
 pub async fn export(
-    store: &dyn Store,
+    store: &dyn AuditStore,
     range: &TimeRange,
     target: &Target,
     progress: &mut (dyn FnMut(u64, u64) + Send),
@@ -373,7 +373,7 @@ pub async fn export(
 }
 
 /// One seal's lines; returns the rows written.
-async fn write_seal(store: &dyn Store, seal: &AuditSeal, out: &mut OutFile) -> Result<u64, ExportError> {
+async fn write_seal(store: &dyn AuditStore, seal: &AuditSeal, out: &mut OutFile) -> Result<u64, ExportError> {
     out.line(&Line::Seal(SealLine::from(seal))).await?;
     let mut rows = 0u64;
     let mut cursor = RowCursor::after_id(seal.first_id - 1);

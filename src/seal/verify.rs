@@ -18,7 +18,7 @@ use super::canonical::{RowText, SealText};
 use super::signing::{Keyring, SignatureProblem};
 use crate::error::StoreError;
 use crate::store::shared::{GENESIS_DIGEST, IdRanges};
-use crate::store::{AuditPurge, RowCursor, RowSpan, Store, TimeRange};
+use crate::store::{AuditPurge, AuditStore, RowCursor, RowSpan, TimeRange};
 use std::fmt;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -634,7 +634,7 @@ const SEAL_PAGE: i64 = 64;
 /// (all of them when it is unbounded: then from seal 1, and rows below the
 /// first seal count as inserted). `progress` hears (rows done, rows total).
 pub async fn verify_store(
-    store: &dyn Store,
+    store: &dyn AuditStore,
     range: &TimeRange,
     checks: Checks,
     progress: &mut (dyn FnMut(u64, u64) + Send),
@@ -690,7 +690,7 @@ pub async fn verify_store(
 }
 
 /// Every row with an id in `first..=last`, in pages.
-async fn rows_of(store: &dyn Store, first: i64, last: i64) -> Result<Vec<RowText>, StoreError> {
+async fn rows_of(store: &dyn AuditStore, first: i64, last: i64) -> Result<Vec<RowText>, StoreError> {
     let mut out = Vec::new();
     let mut cursor = RowCursor::after_id(first.saturating_sub(1));
     loop {

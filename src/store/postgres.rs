@@ -49,7 +49,7 @@ const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
 
 /// Advisory lock key held by the instance that runs retention ("oncegate").
 const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
-const OUTBOX_CHANNEL: &str = "oncegate_outbox";
+pub(super) const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 const NOTIFY_SQL: &str = "SELECT pg_notify('oncegate_outbox', '')";
 
 /// The server's identity (DESIGN §7): its system identifier and the WAL
@@ -293,31 +293,18 @@ async fn load_stored(
         .map_err(StoreError::from)
 }
 
-#[async_trait]
-impl Store for PostgresStore {
+impl StoreBase for PostgresStore {
     fn backend(&self) -> Backend {
         Backend::Postgres
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(self.migration_options.clone())
-            .await?;
-        let result = MIGRATOR.run(&pool).await;
-        pool.close().await;
-        result.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
-            other => StoreError::Other(format!("migration failed: {other}")),
-        })
+    fn primary(&self) -> Arc<PrimaryWatch> {
+        self.primary.clone()
     }
+}
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
+#[async_trait]
+impl ClaimStore for PostgresStore {
     async fn claim_batch(
         &self,
         batch: &ClaimBatch<'_>,
@@ -328,7 +315,7 @@ impl Store for PostgresStore {
     }
 
     async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
-        Ok(Some(OpenClaim(Box::new(self.tx.begin().await?))))
+        Ok(Some(OpenClaim::Postgres(self.tx.begin().await?)))
     }
 
     async fn claim_batch_in(
@@ -337,10 +324,8 @@ impl Store for PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        match open.0.downcast::<Transaction<'static, Postgres>>() {
-            Ok(tx) => self.claim_in(*tx, batch, ctx).await,
-            Err(_) => self.claim_batch(batch, ctx).await,
-        }
+        let OpenClaim::Postgres(tx) = open;
+        self.claim_in(tx, batch, ctx).await
     }
 
     async fn restore_claims(&self, keys: &[String]) -> Result<(), StoreError> {
@@ -401,99 +386,27 @@ impl Store for PostgresStore {
         session.finish().await?;
         Ok(())
     }
+}
 
-    async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
-        slots::init(&self.pool, count).await
-    }
-
-    async fn relay_heartbeat(
-        &self,
-        member: &RelayMember<'_>,
-        ttl: Duration,
-    ) -> Result<RelayView, StoreError> {
-        slots::heartbeat(&self.pool, member, ttl).await
-    }
-
-    async fn relay_leave(&self, member: &str) -> Result<(), StoreError> {
-        slots::leave(&self.pool, member).await
-    }
-
-    async fn take_slots(
-        &self,
-        member: &str,
-        limit: i32,
-        lease: Duration,
-    ) -> Result<Vec<SlotLease>, StoreError> {
-        slots::take(&self.pool, member, limit, lease).await
-    }
-
-    async fn renew_slots(
-        &self,
-        member: &str,
-        held: &[SlotLease],
-        lease: Duration,
-    ) -> Result<Vec<SlotLease>, StoreError> {
-        slots::renew(&self.pool, member, held, lease).await
-    }
-
-    async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError> {
-        slots::release(&self.pool, member, lease).await?;
-        // Other processes' relays take it at once rather than at their next poll.
-        self.notifier.poke(&self.pool);
-        Ok(())
-    }
-
-    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
-        slots::pending(&self.pool, lease, limit).await
-    }
-
-    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
-        slots::mark_published(&self.pool, lease, ids).await
-    }
-
-    async fn record_publish_failure(
-        &self,
-        lease: &SlotLease,
-        id: Uuid,
-        error: &str,
-        max_attempts: i32,
-        retry_after: Duration,
-    ) -> Result<Option<bool>, StoreError> {
-        slots::record_failure(&self.pool, lease, id, error, max_attempts, retry_after).await
-    }
-
-    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
-        slots::table(&self.pool).await
-    }
-
-    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError> {
-        slots::seize(&self.pool, member, lease).await
-    }
-
-    async fn finish_resize(
-        &self,
-        member: &str,
-        seized: &[SlotLease],
-        count: i32,
-    ) -> Result<bool, StoreError> {
-        let done = slots::finish_resize(&self.pool, member, seized, count).await?;
-        self.notifier.poke(&self.pool);
-        Ok(done)
-    }
-
-    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
-        let row = sqlx::query(
-            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8, \
-               (SELECT count(*) FROM outbox WHERE quarantined_at IS NOT NULL AND published_at IS NULL) \
-             FROM outbox_queue",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(OutboxStats {
-            backlog: row.try_get(0)?,
-            oldest_age: Duration::from_secs_f64(row.try_get::<f64, _>(1)?.max(0.0)),
-            quarantined: row.try_get(2)?,
+#[async_trait]
+impl AdminStore for PostgresStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(self.migration_options.clone())
+            .await?;
+        let result = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        result.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
+            other => StoreError::Other(format!("migration failed: {other}")),
         })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::raw_sql("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     async fn purge(&self, policy: &RetentionPolicy) -> Result<PurgeReport, StoreError> {
@@ -573,10 +486,6 @@ impl Store for PostgresStore {
         Ok(Some(read_replication(&mut conn).await?))
     }
 
-    fn primary(&self) -> Arc<PrimaryWatch> {
-        self.primary.clone()
-    }
-
     async fn probe_primary(&self, timeout: Duration) -> Result<(), StoreError> {
         let mut probe = self.probe.lock().await;
         let read = tokio::time::timeout(timeout, async {
@@ -633,189 +542,6 @@ impl Store for PostgresStore {
 
     fn pool_usage(&self) -> Option<(u32, usize)> {
         Some((self.pool.size(), self.pool.num_idle()))
-    }
-
-    /// Wakes on this instance's own commits (in-process), on another
-    /// process's `pg_notify`, or after `timeout` (polling).
-    async fn wait_for_outbox(&self, timeout: Duration) {
-        let own = self.outbox_written.notified();
-        tokio::pin!(own);
-        own.as_mut().enable();
-        let mut guard = self.listener.lock().await;
-        if guard.is_none() {
-            match PgListener::connect_with(&self.pool).await {
-                Ok(mut l) => match l.listen(OUTBOX_CHANNEL).await {
-                    Ok(()) => *guard = Some(l),
-                    Err(e) => tracing::debug!(error = %e, "outbox listen failed; polling"),
-                },
-                Err(e) => tracing::debug!(error = %e, "outbox listener connect failed; polling"),
-            }
-        }
-        let Some(listener) = guard.as_mut() else {
-            drop(guard);
-            let _ = tokio::time::timeout(timeout, own).await;
-            return;
-        };
-        tokio::select! {
-            _ = &mut own => {}
-            _ = tokio::time::sleep(timeout) => {}
-            received = listener.recv() => if let Err(e) = received {
-                tracing::debug!(error = %e, "outbox listener lost; polling");
-                *guard = None;
-            },
-        }
-    }
-
-    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-        effect::begin(&self.tx, begin).await
-    }
-
-    async fn effect_complete(
-        &self,
-        fence: &super::effect::Fence<'_>,
-        response: &[u8],
-    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-        let outcome = effect::complete(&self.tx, fence, response).await?;
-        if matches!(outcome, FencedOutcome::Done(_)) {
-            // An `effect.completed` event was written (or already was):
-            // wake the relays as a claim's commit does.
-            self.outbox_written.notify_one();
-            self.notifier.poke(&self.pool);
-        }
-        Ok(outcome)
-    }
-
-    async fn effect_release(
-        &self,
-        fence: &super::effect::Fence<'_>,
-        reason: &str,
-    ) -> Result<FencedOutcome<()>, StoreError> {
-        effect::release(&self.tx, fence, reason).await
-    }
-
-    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
-        effect::get(&self.tx, namespace, key).await
-    }
-
-    async fn reconcile_start(&self) -> Result<super::ops::ReconcileStart, StoreError> {
-        ops::reconcile_start(&self.pool).await
-    }
-
-    async fn try_reconcile_lock(&self) -> Result<Option<super::ops::RunLock>, StoreError> {
-        ops::try_reconcile_lock(&self.pool).await
-    }
-
-    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError> {
-        ops::key_batch_end(&self.pool, after, limit).await
-    }
-
-    async fn reconcile_keys(
-        &self,
-        after: &str,
-        until: Option<&str>,
-        events_since: OffsetDateTime,
-    ) -> Result<Vec<super::ops::KeyPair>, StoreError> {
-        ops::reconcile_keys(&self.pool, after, until, events_since).await
-    }
-
-    async fn reconcile_events(
-        &self,
-        after: Uuid,
-        limit: i64,
-    ) -> Result<Vec<super::ops::EventPair>, StoreError> {
-        ops::reconcile_events(&self.pool, after, limit).await
-    }
-
-    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError> {
-        ops::award_batch_end(&self.pool, after, max_rows).await
-    }
-
-    async fn reconcile_awards(
-        &self,
-        after: &str,
-        until: Option<&str>,
-    ) -> Result<Vec<super::ops::AwardTotals>, StoreError> {
-        ops::reconcile_awards(&self.pool, after, until).await
-    }
-
-    async fn first_sequence_gap(
-        &self,
-        award_id: &str,
-    ) -> Result<Option<super::ops::SequenceGap>, StoreError> {
-        ops::first_sequence_gap(&self.pool, award_id).await
-    }
-
-    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<super::ops::LedgerMatch>, StoreError> {
-        ops::ledger_matches(&self.pool, keys).await
-    }
-
-    async fn inspect_key(&self, key: &str) -> Result<super::ops::KeyInspection, StoreError> {
-        ops::inspect_key(&self.pool, key).await
-    }
-
-    async fn award_keys(
-        &self,
-        award_id: &str,
-        limit: i64,
-    ) -> Result<(Option<super::ops::Balance>, Vec<String>), StoreError> {
-        ops::award_keys(&self.pool, award_id, limit).await
-    }
-
-    async fn list_outbox(
-        &self,
-        filter: &super::ops::OutboxFilter,
-    ) -> Result<Vec<super::ops::EventRecord>, StoreError> {
-        ops::list_outbox(&self.pool, filter).await
-    }
-
-    async fn redrive_outbox(
-        &self,
-        target: &super::ops::RedriveTarget,
-        limit: i64,
-        by: &super::ops::RedriveBy,
-    ) -> Result<Vec<super::ops::RedriveOutcome>, StoreError> {
-        ops::redrive_outbox(&self.pool, target, limit, by).await
-    }
-
-    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
-        seal::lock_sealing(&self.pool).await
-    }
-
-    async fn audit_seal_horizon(&self, wait: Duration) -> Result<SealHorizon, StoreError> {
-        seal::seal_horizon(&self.pool, wait).await
-    }
-
-    async fn audit_rows(
-        &self,
-        after: RowCursor,
-        through_id: i64,
-        limit: i64,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        seal::audit_rows(&self.pool, after, through_id, limit).await
-    }
-
-    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
-        seal::audit_rows_after(&self.pool, after_id, range).await
-    }
-
-    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
-        seal::audit_seals(&self.pool, from_seq, limit).await
-    }
-
-    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
-        seal::last_audit_seal(&self.pool).await
-    }
-
-    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
-        seal::audit_seal_span(&self.pool, range).await
-    }
-
-    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
-        seal::insert_audit_seal(&self.pool, seal).await
-    }
-
-    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
-        seal::audit_purges(&self.pool, seqs).await
     }
 }
 

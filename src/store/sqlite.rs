@@ -294,28 +294,14 @@ async fn claim_one(
     Ok(Some(outcome))
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+impl StoreBase for SqliteStore {
     fn backend(&self) -> Backend {
         Backend::Sqlite
     }
+}
 
-    async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.writer).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
-            other => StoreError::Other(format!("migration failed: {other}")),
-        })?;
-        // Rows written before the slots existed get their award hash (SQLite
-        // has no SHA-256 to do it in the migration).
-        slots::backfill_award_hashes(&self.writer).await?;
-        Ok(())
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
+#[async_trait]
+impl ClaimStore for SqliteStore {
     async fn claim_batch(
         &self,
         batch: &ClaimBatch<'_>,
@@ -376,103 +362,24 @@ impl Store for SqliteStore {
         tx.commit().await?;
         Ok(())
     }
+}
 
-    async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
-        slots::init(&self.writer, count).await
-    }
-
-    async fn relay_heartbeat(
-        &self,
-        member: &RelayMember<'_>,
-        ttl: Duration,
-    ) -> Result<RelayView, StoreError> {
-        slots::heartbeat(&self.writer, member, ttl).await
-    }
-
-    async fn relay_leave(&self, member: &str) -> Result<(), StoreError> {
-        slots::leave(&self.writer, member).await
-    }
-
-    async fn take_slots(
-        &self,
-        member: &str,
-        limit: i32,
-        lease: Duration,
-    ) -> Result<Vec<SlotLease>, StoreError> {
-        slots::take(&self.writer, member, limit, lease).await
-    }
-
-    async fn renew_slots(
-        &self,
-        member: &str,
-        held: &[SlotLease],
-        lease: Duration,
-    ) -> Result<Vec<SlotLease>, StoreError> {
-        slots::renew(&self.writer, member, held, lease).await
-    }
-
-    async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError> {
-        slots::release(&self.writer, member, lease).await?;
-        self.outbox_written.notify_one();
+#[async_trait]
+impl AdminStore for SqliteStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.writer).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(err) => StoreError::from_sqlx(err),
+            other => StoreError::Other(format!("migration failed: {other}")),
+        })?;
+        // Rows written before the slots existed get their award hash (SQLite
+        // has no SHA-256 to do it in the migration).
+        slots::backfill_award_hashes(&self.writer).await?;
         Ok(())
     }
 
-    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
-        slots::pending(&self.reader, lease, limit).await
-    }
-
-    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
-        slots::mark_published(&self.writer, lease, ids).await
-    }
-
-    async fn record_publish_failure(
-        &self,
-        lease: &SlotLease,
-        id: Uuid,
-        error: &str,
-        max_attempts: i32,
-        retry_after: Duration,
-    ) -> Result<Option<bool>, StoreError> {
-        slots::record_failure(&self.writer, lease, id, error, max_attempts, retry_after).await
-    }
-
-    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
-        slots::table(&self.reader).await
-    }
-
-    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError> {
-        slots::seize(&self.writer, member, lease).await
-    }
-
-    async fn finish_resize(
-        &self,
-        member: &str,
-        seized: &[SlotLease],
-        count: i32,
-    ) -> Result<bool, StoreError> {
-        let done = slots::finish_resize(&self.writer, member, seized, count).await?;
-        self.outbox_written.notify_one();
-        Ok(done)
-    }
-
-    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
-        let row = sqlx::query(
-            "SELECT count(*) FILTER (WHERE quarantined_at IS NULL), \
-               min(created_at) FILTER (WHERE quarantined_at IS NULL), \
-               count(*) FILTER (WHERE quarantined_at IS NOT NULL) \
-             FROM outbox WHERE published_at IS NULL",
-        )
-        .fetch_one(&self.reader)
-        .await?;
-        let oldest: Option<i64> = row.try_get(1)?;
-        let now = to_micros(OffsetDateTime::now_utc());
-        Ok(OutboxStats {
-            backlog: row.try_get(0)?,
-            oldest_age: oldest
-                .map(|t| Duration::from_micros((now - t).max(0) as u64))
-                .unwrap_or_default(),
-            quarantined: row.try_get(2)?,
-        })
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
     }
 
     async fn purge(&self, policy: &RetentionPolicy) -> Result<PurgeReport, StoreError> {
@@ -531,161 +438,6 @@ impl Store for SqliteStore {
     /// checked in the configuration.
     async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {
         Ok(None)
-    }
-
-    async fn wait_for_outbox(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.outbox_written.notified()).await;
-    }
-
-    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-        self.begin_effect(begin).await
-    }
-
-    async fn effect_complete(
-        &self,
-        fence: &super::effect::Fence<'_>,
-        response: &[u8],
-    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-        self.complete_effect(fence, response).await
-    }
-
-    async fn effect_release(
-        &self,
-        fence: &super::effect::Fence<'_>,
-        reason: &str,
-    ) -> Result<FencedOutcome<()>, StoreError> {
-        self.release_effect(fence, reason).await
-    }
-
-    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
-        self.get_effect(namespace, key).await
-    }
-
-    async fn reconcile_start(&self) -> Result<super::ops::ReconcileStart, StoreError> {
-        ops::reconcile_start(&self.reader).await
-    }
-
-    /// One file, one pod: nothing to share the run with.
-    async fn try_reconcile_lock(&self) -> Result<Option<super::ops::RunLock>, StoreError> {
-        Ok(Some(super::ops::RunLock(Box::new(()))))
-    }
-
-    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError> {
-        ops::key_batch_end(&self.reader, after, limit).await
-    }
-
-    async fn reconcile_keys(
-        &self,
-        after: &str,
-        until: Option<&str>,
-        events_since: OffsetDateTime,
-    ) -> Result<Vec<super::ops::KeyPair>, StoreError> {
-        ops::reconcile_keys(&self.reader, after, until, events_since).await
-    }
-
-    async fn reconcile_events(
-        &self,
-        after: Uuid,
-        limit: i64,
-    ) -> Result<Vec<super::ops::EventPair>, StoreError> {
-        ops::reconcile_events(&self.reader, after, limit).await
-    }
-
-    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError> {
-        ops::award_batch_end(&self.reader, after, max_rows).await
-    }
-
-    async fn reconcile_awards(
-        &self,
-        after: &str,
-        until: Option<&str>,
-    ) -> Result<Vec<super::ops::AwardTotals>, StoreError> {
-        ops::reconcile_awards(&self.reader, after, until).await
-    }
-
-    async fn first_sequence_gap(
-        &self,
-        award_id: &str,
-    ) -> Result<Option<super::ops::SequenceGap>, StoreError> {
-        ops::first_sequence_gap(&self.reader, award_id).await
-    }
-
-    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<super::ops::LedgerMatch>, StoreError> {
-        ops::ledger_matches(&self.reader, keys).await
-    }
-
-    async fn inspect_key(&self, key: &str) -> Result<super::ops::KeyInspection, StoreError> {
-        ops::inspect_key(&self.reader, key).await
-    }
-
-    async fn award_keys(
-        &self,
-        award_id: &str,
-        limit: i64,
-    ) -> Result<(Option<super::ops::Balance>, Vec<String>), StoreError> {
-        ops::award_keys(&self.reader, award_id, limit).await
-    }
-
-    async fn list_outbox(
-        &self,
-        filter: &super::ops::OutboxFilter,
-    ) -> Result<Vec<super::ops::EventRecord>, StoreError> {
-        ops::list_outbox(&self.reader, filter).await
-    }
-
-    async fn redrive_outbox(
-        &self,
-        target: &super::ops::RedriveTarget,
-        limit: i64,
-        by: &super::ops::RedriveBy,
-    ) -> Result<Vec<super::ops::RedriveOutcome>, StoreError> {
-        let (outcomes, redriven) = ops::redrive_outbox(self.begin().await?, target, limit, by).await?;
-        if redriven {
-            self.outbox_written.notify_one();
-        }
-        Ok(outcomes)
-    }
-
-    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
-        Ok(seal::lock_sealing())
-    }
-
-    /// Immediate: no writer can hold an id below the highest committed one.
-    async fn audit_seal_horizon(&self, _wait: Duration) -> Result<SealHorizon, StoreError> {
-        seal::seal_horizon(self).await
-    }
-
-    async fn audit_rows(
-        &self,
-        after: RowCursor,
-        through_id: i64,
-        limit: i64,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        seal::audit_rows(self, after, through_id, limit).await
-    }
-
-    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
-        seal::audit_rows_after(self, after_id, range).await
-    }
-
-    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
-        seal::audit_seals(self, from_seq, limit).await
-    }
-
-    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
-        seal::last_audit_seal(self).await
-    }
-
-    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
-        seal::audit_seal_span(self, range).await
-    }
-
-    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
-        seal::insert_audit_seal(self, seal).await
-    }
-
-    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
-        seal::audit_purges(self, seqs).await
     }
 }
 

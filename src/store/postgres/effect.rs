@@ -4,14 +4,17 @@
 //! the one that checks it (under READ COMMITTED a concurrent caller waits
 //! for the row lock and re-checks the condition on the new row version).
 
+use super::PostgresStore;
 use super::tx::{Transactions, named};
 use crate::error::StoreError;
 use crate::key::key_prefix;
+use crate::store::EffectStore;
 use crate::store::effect::{
     BeginOutcome, COMPLETED, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
     REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
 };
 use crate::store::{AuditDecision, Tier};
+use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 use std::time::Duration;
@@ -35,44 +38,123 @@ const SELECT_RECORD: &str = "SELECT namespace, idempotency_key, fingerprint, sta
        greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS expires_in \
      FROM effects WHERE namespace = $1 AND idempotency_key = $2";
 
-/// Under the guard the lease is confirmed on a synchronous standby before
-/// it is answered: a lease lost in a failover would let a second holder
-/// begin as attempt 1.
-pub(super) async fn begin(txs: &Transactions, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-    let mut tx = txs.begin().await?;
-    let taken = sqlx::query(TAKE_LEASE)
-        .bind(&b.namespace)
-        .bind(&b.key)
-        .bind(&b.fingerprint)
-        .bind(&b.token)
-        .bind(b.lease_ttl.as_millis() as f64)
-        .persistent(named())
-        .fetch_optional(&mut *tx)
-        .await?;
-    let outcome = match taken {
-        Some(row) => {
-            let attempt: i32 = row.try_get("attempt")?;
-            let taken = match row.try_get::<Option<String>, _>("taken_over_from")?.as_deref() {
-                None => Taken::First,
-                Some("released") => Taken::AfterRelease,
-                Some(_) => Taken::AfterExpiry,
-            };
-            let (decision, detail) = acquired_audit(taken, attempt);
-            audit(
-                &mut tx,
-                (decision, None),
-                b.key.as_str(),
-                &b.namespace,
-                &b.instance,
-                Some(&detail),
-            )
+#[async_trait]
+impl EffectStore for PostgresStore {
+    /// Under the guard the lease is confirmed on a synchronous standby before
+    /// it is answered: a lease lost in a failover would let a second holder
+    /// begin as attempt 1.
+    async fn effect_begin(&self, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+        let mut tx = self.tx.begin().await?;
+        let taken = sqlx::query(TAKE_LEASE)
+            .bind(&b.namespace)
+            .bind(&b.key)
+            .bind(&b.fingerprint)
+            .bind(&b.token)
+            .bind(b.lease_ttl.as_millis() as f64)
+            .persistent(named())
+            .fetch_optional(&mut *tx)
             .await?;
-            BeginOutcome::Acquired { attempt, taken }
+        let outcome = match taken {
+            Some(row) => {
+                let attempt: i32 = row.try_get("attempt")?;
+                let taken = match row.try_get::<Option<String>, _>("taken_over_from")?.as_deref() {
+                    None => Taken::First,
+                    Some("released") => Taken::AfterRelease,
+                    Some(_) => Taken::AfterExpiry,
+                };
+                let (decision, detail) = acquired_audit(taken, attempt);
+                audit(
+                    &mut tx,
+                    (decision, None),
+                    b.key.as_str(),
+                    &b.namespace,
+                    &b.instance,
+                    Some(&detail),
+                )
+                .await?;
+                BeginOutcome::Acquired { attempt, taken }
+            }
+            None => existing(&mut tx, b).await?,
+        };
+        self.tx.commit(tx).await?;
+        Ok(outcome)
+    }
+
+    async fn effect_complete(
+        &self,
+        fence: &crate::store::effect::Fence<'_>,
+        response: &[u8],
+    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
+        let outcome = complete(&self.tx, fence, response).await?;
+        if matches!(outcome, FencedOutcome::Done(_)) {
+            // An `effect.completed` event was written (or already was):
+            // wake the relays as a claim's commit does.
+            self.outbox_written.notify_one();
+            self.notifier.poke(&self.pool);
         }
-        None => existing(&mut tx, b).await?,
-    };
-    txs.commit(tx).await?;
-    Ok(outcome)
+        Ok(outcome)
+    }
+
+    async fn effect_release(&self, f: &Fence<'_>, reason: &str) -> Result<FencedOutcome<()>, StoreError> {
+        let mut tx = self.tx.begin().await?;
+        let released = sqlx::query(
+            "UPDATE effects SET state = 'released', lease_expires_at = NULL, updated_at = now() \
+             WHERE namespace = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'",
+        )
+        .bind(f.namespace)
+        .bind(f.key)
+        .bind(f.token)
+        .persistent(named())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !released {
+            let repeat: Option<bool> = sqlx::query_scalar(
+                "SELECT state = 'released' FROM effects \
+                 WHERE namespace = $1 AND idempotency_key = $2 AND lease_token = $3",
+            )
+            .bind(f.namespace)
+            .bind(f.key)
+            .bind(f.token)
+            .persistent(named())
+            .fetch_optional(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(match repeat {
+                Some(true) => FencedOutcome::Done(()),
+                _ => FencedOutcome::LeaseLost,
+            });
+        }
+        let decision = (AuditDecision::EffectReleased, None);
+        audit(&mut tx, decision, f.key, f.namespace, f.instance, Some(reason)).await?;
+        tx.commit().await?;
+        Ok(FencedOutcome::Done(()))
+    }
+
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
+        let mut session = self.tx.session().await?;
+        let row = sqlx::query(SELECT_RECORD)
+            .bind(namespace)
+            .bind(key)
+            .persistent(named())
+            .fetch_optional(&mut *session)
+            .await?;
+        session.finish().await?;
+        let Some(row) = row else { return Ok(None) };
+        let state: String = row.try_get("state")?;
+        Ok(Some(EffectRecord {
+            lease_expires_at: if state == IN_PROGRESS {
+                row.try_get("lease_expires_at")?
+            } else {
+                None
+            },
+            state,
+            attempt: row.try_get("attempt")?,
+            completed: completed_from_row(&row)?,
+            updated_at: row.try_get("updated_at")?,
+        }))
+    }
 }
 
 /// What holds a record whose lease could not be taken.
@@ -197,75 +279,6 @@ async fn repeat_or_lost(
         // Released under this token: the lease is gone.
         None => Ok(FencedOutcome::LeaseLost),
     }
-}
-
-pub(super) async fn release(
-    txs: &Transactions,
-    f: &Fence<'_>,
-    reason: &str,
-) -> Result<FencedOutcome<()>, StoreError> {
-    let mut tx = txs.begin().await?;
-    let released = sqlx::query(
-        "UPDATE effects SET state = 'released', lease_expires_at = NULL, updated_at = now() \
-         WHERE namespace = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'",
-    )
-    .bind(f.namespace)
-    .bind(f.key)
-    .bind(f.token)
-    .persistent(named())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !released {
-        let repeat: Option<bool> = sqlx::query_scalar(
-            "SELECT state = 'released' FROM effects \
-             WHERE namespace = $1 AND idempotency_key = $2 AND lease_token = $3",
-        )
-        .bind(f.namespace)
-        .bind(f.key)
-        .bind(f.token)
-        .persistent(named())
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        return Ok(match repeat {
-            Some(true) => FencedOutcome::Done(()),
-            _ => FencedOutcome::LeaseLost,
-        });
-    }
-    let decision = (AuditDecision::EffectReleased, None);
-    audit(&mut tx, decision, f.key, f.namespace, f.instance, Some(reason)).await?;
-    tx.commit().await?;
-    Ok(FencedOutcome::Done(()))
-}
-
-pub(super) async fn get(
-    txs: &Transactions,
-    namespace: &str,
-    key: &str,
-) -> Result<Option<EffectRecord>, StoreError> {
-    let mut session = txs.session().await?;
-    let row = sqlx::query(SELECT_RECORD)
-        .bind(namespace)
-        .bind(key)
-        .persistent(named())
-        .fetch_optional(&mut *session)
-        .await?;
-    session.finish().await?;
-    let Some(row) = row else { return Ok(None) };
-    let state: String = row.try_get("state")?;
-    Ok(Some(EffectRecord {
-        lease_expires_at: if state == IN_PROGRESS {
-            row.try_get("lease_expires_at")?
-        } else {
-            None
-        },
-        state,
-        attempt: row.try_get("attempt")?,
-        completed: completed_from_row(&row)?,
-        updated_at: row.try_get("updated_at")?,
-    }))
 }
 
 /// One audit row in the effect's transaction: key prefix, and the

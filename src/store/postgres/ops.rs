@@ -2,11 +2,14 @@
 //! reads in key-range batches, each one statement (one snapshot, no locks
 //! beyond the ordinary `ACCESS SHARE`); a redrive is one short transaction.
 
+use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::AuditEntry;
+use crate::store::OpsStore;
 use crate::store::ops::*;
+use async_trait::async_trait;
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -98,155 +101,341 @@ fn audit(r: &PgRow) -> Result<AuditRecord, sqlx::Error> {
     })
 }
 
-pub(super) async fn reconcile_start(pool: &PgPool) -> Result<ReconcileStart, StoreError> {
-    let row = sqlx::query(
-        "SELECT now(), (SELECT min(claimed_at) FROM processed_messages), \
-           (SELECT min(published_at) FROM outbox WHERE published_at IS NOT NULL)",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(ReconcileStart {
-        now: row.try_get(0)?,
-        oldest_claim: row.try_get(1)?,
-        oldest_published_event: row.try_get(2)?,
-    })
-}
-
-/// A session advisory lock on a connection of its own (never returned to
-/// the pool, so the lock cannot leak into it): dropping the guard closes
-/// the connection and so releases the lock.
-pub(super) async fn try_reconcile_lock(pool: &PgPool) -> Result<Option<RunLock>, StoreError> {
-    let mut conn = pool.acquire().await?.detach();
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(RECONCILE_LOCK)
-        .fetch_one(&mut conn)
+#[async_trait]
+impl OpsStore for PostgresStore {
+    async fn reconcile_start(&self) -> Result<ReconcileStart, StoreError> {
+        let row = sqlx::query(
+            "SELECT now(), (SELECT min(claimed_at) FROM processed_messages), \
+               (SELECT min(published_at) FROM outbox WHERE published_at IS NOT NULL)",
+        )
+        .fetch_one(&self.pool)
         .await?;
-    Ok(locked.then(|| RunLock(Box::new(conn))))
-}
-
-pub(super) async fn key_batch_end(
-    pool: &PgPool,
-    after: &str,
-    limit: i64,
-) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT idempotency_key FROM disbursements WHERE idempotency_key > $1 \
-         ORDER BY idempotency_key OFFSET $2 LIMIT 1",
-    )
-    .bind(after)
-    .bind(limit.max(1) - 1)
-    .fetch_optional(pool)
-    .await?)
-}
-
-pub(super) async fn reconcile_keys(
-    pool: &PgPool,
-    after: &str,
-    until: Option<&str>,
-    events_since: OffsetDateTime,
-) -> Result<Vec<KeyPair>, StoreError> {
-    // Two texts rather than `$2 IS NULL OR key <= $2`: a generic plan of
-    // the latter could not bound the index scan.
-    let range = match until {
-        Some(_) => "idempotency_key > $1 AND idempotency_key <= $2",
-        None => "idempotency_key > $1 AND $2::text IS NULL",
-    };
-    let sql = format!(
-        "SELECT coalesce(d.idempotency_key, c.idempotency_key) AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
-           CASE WHEN d.recorded_at >= $3 THEN (SELECT count(*) FROM outbox o \
-             WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
-               AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
-         FROM (SELECT * FROM disbursements WHERE {range}) d \
-         FULL JOIN (SELECT * FROM processed_messages WHERE {range}) c USING (idempotency_key) \
-         ORDER BY 1"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(after)
-        .bind(until)
-        .bind(events_since)
-        .fetch_all(pool)
-        .await?;
-    let pairs = rows
-        .iter()
-        .map(|r| {
-            Ok(KeyPair {
-                key: r.try_get("key")?,
-                ledger: ledger(r)?,
-                claim: claim(r)?,
-                events: r.try_get("events")?,
-            })
+        Ok(ReconcileStart {
+            now: row.try_get(0)?,
+            oldest_claim: row.try_get(1)?,
+            oldest_published_event: row.try_get(2)?,
         })
-        .collect::<Result<_, sqlx::Error>>()?;
-    Ok(pairs)
-}
+    }
 
-pub(super) async fn reconcile_events(
-    pool: &PgPool,
-    after: Uuid,
-    limit: i64,
-) -> Result<Vec<EventPair>, StoreError> {
-    let sql = format!(
-        "SELECT {EVENT_COLS}, {LEDGER_COLS} FROM outbox o \
-         LEFT JOIN disbursements d ON d.award_id = o.award_id AND d.sequence = o.sequence \
-         WHERE o.event_id > $1 ORDER BY o.event_id LIMIT $2"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    /// A session advisory lock on a connection of its own (never returned to
+    /// the pool, so the lock cannot leak into it): dropping the guard closes
+    /// the connection and so releases the lock.
+    async fn try_reconcile_lock(&self) -> Result<Option<RunLock>, StoreError> {
+        let mut conn = self.pool.acquire().await?.detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(RECONCILE_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        Ok(locked.then(|| RunLock(Box::new(conn))))
+    }
+
+    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements WHERE idempotency_key > $1 \
+             ORDER BY idempotency_key OFFSET $2 LIMIT 1",
+        )
         .bind(after)
+        .bind(limit.max(1) - 1)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn reconcile_keys(
+        &self,
+        after: &str,
+        until: Option<&str>,
+        events_since: OffsetDateTime,
+    ) -> Result<Vec<KeyPair>, StoreError> {
+        // Two texts rather than `$2 IS NULL OR key <= $2`: a generic plan of
+        // the latter could not bound the index scan.
+        let range = match until {
+            Some(_) => "idempotency_key > $1 AND idempotency_key <= $2",
+            None => "idempotency_key > $1 AND $2::text IS NULL",
+        };
+        let sql = format!(
+            "SELECT coalesce(d.idempotency_key, c.idempotency_key) AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
+               CASE WHEN d.recorded_at >= $3 THEN (SELECT count(*) FROM outbox o \
+                 WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+                   AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
+             FROM (SELECT * FROM disbursements WHERE {range}) d \
+             FULL JOIN (SELECT * FROM processed_messages WHERE {range}) c USING (idempotency_key) \
+             ORDER BY 1"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(until)
+            .bind(events_since)
+            .fetch_all(&self.pool)
+            .await?;
+        let pairs = rows
+            .iter()
+            .map(|r| {
+                Ok(KeyPair {
+                    key: r.try_get("key")?,
+                    ledger: ledger(r)?,
+                    claim: claim(r)?,
+                    events: r.try_get("events")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(pairs)
+    }
+
+    async fn reconcile_events(&self, after: Uuid, limit: i64) -> Result<Vec<EventPair>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS}, {LEDGER_COLS} FROM outbox o \
+             LEFT JOIN disbursements d ON d.award_id = o.award_id AND d.sequence = o.sequence \
+             WHERE o.event_id > $1 ORDER BY o.event_id LIMIT $2"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let pairs = rows
+            .iter()
+            .map(|r| {
+                Ok(EventPair {
+                    event: event(r)?,
+                    ledger: ledger(r)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(pairs)
+    }
+
+    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT award_id, CAST(sum(disbursement_count) OVER (ORDER BY award_id) AS BIGINT) \
+             FROM award_balances WHERE award_id > $1 ORDER BY award_id LIMIT $2",
+        )
+        .bind(after)
+        .bind(AWARD_LOOKAHEAD)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(batch_end(&rows, max_rows, AWARD_LOOKAHEAD))
+    }
+
+    async fn reconcile_awards(
+        &self,
+        after: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<AwardTotals>, StoreError> {
+        let range = match until {
+            Some(_) => "award_id > $1 AND award_id <= $2",
+            None => "award_id > $1 AND $2::text IS NULL",
+        };
+        let sql = format!(
+            "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
+               b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
+             FROM (SELECT * FROM award_balances WHERE {range}) b \
+             FULL JOIN (SELECT award_id, sum(amount_cents)::text AS s, count(*) AS n, \
+                 count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
+               FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
+             ORDER BY 1"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(until)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(award_totals).collect()
+    }
+
+    async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {
+        let row: Option<(i64, i64, String)> = sqlx::query_as(FIRST_GAP_SQL)
+            .bind(award_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(expected, found, key)| SequenceGap {
+            expected,
+            found,
+            idempotency_key: key,
+        }))
+    }
+
+    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<LedgerMatch>, StoreError> {
+        let sql = format!(
+            "SELECT {LEDGER_COLS}, coalesce((SELECT array_agg(o.event_id ORDER BY o.event_id) FROM outbox o \
+               WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+                 AND o.event_type = '{LEDGER_EVENT_TYPE}'), '{{}}') AS event_ids \
+             FROM disbursements d WHERE d.idempotency_key = ANY($1)"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(keys)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if let Some(row) = ledger(r)? {
+                found.push(LedgerMatch {
+                    ledger: row,
+                    event_ids: r.try_get("event_ids")?,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Claim, ledger row, events and audit rows of a key, in one read-only
+    /// snapshot.
+    async fn inspect_key(&self, key: &str) -> Result<KeyInspection, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {LEDGER_COLS}, {CLAIM_COLS} FROM (SELECT $1::text AS k) q \
+             LEFT JOIN disbursements d ON d.idempotency_key = q.k \
+             LEFT JOIN processed_messages c ON c.idempotency_key = q.k"
+        )))
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?;
+        let ledger_row = ledger(&row)?;
+        let events = match &ledger_row {
+            Some(d) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.award_id = $1 AND o.sequence = $2 ORDER BY o.created_at"
+            )))
+            .bind(&d.award_id)
+            .bind(d.sequence)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(event)
+            .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = $1 ORDER BY at, id"
+        )))
+        .bind(crate::key::key_prefix(key))
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(audit)
+        .collect::<Result<_, _>>()?;
+        tx.commit().await?;
+        Ok(KeyInspection {
+            idempotency_key: key.to_string(),
+            claim: claim(&row)?,
+            ledger: ledger_row,
+            events,
+            audit: audit_rows,
+        })
+    }
+
+    async fn award_keys(
+        &self,
+        award_id: &str,
+        limit: i64,
+    ) -> Result<(Option<Balance>, Vec<String>), StoreError> {
+        let row = sqlx::query(
+            "SELECT award_id AS b_award_id, total_cents, disbursement_count, last_sequence, updated_at \
+             FROM award_balances WHERE award_id = $1",
+        )
+        .bind(award_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let keys = sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements WHERE award_id = $1 ORDER BY sequence DESC LIMIT $2",
+        )
+        .bind(award_id)
         .bind(limit)
-        .fetch_all(pool)
+        .fetch_all(&self.pool)
         .await?;
-    let pairs = rows
-        .iter()
-        .map(|r| {
-            Ok(EventPair {
-                event: event(r)?,
-                ledger: ledger(r)?,
+        Ok((row.as_ref().map(balance).transpose()?.flatten(), keys))
+    }
+
+    async fn list_outbox(&self, filter: &OutboxFilter) -> Result<Vec<EventRecord>, StoreError> {
+        // Pending rows come from the queue, quarantined ones from their own
+        // partial index.
+        let award = "($2::text IS NULL OR o.award_id = $2)";
+        let quarantined = format!(
+            "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL AND o.published_at IS NULL \
+             AND {award} ORDER BY o.created_at, o.sequence LIMIT $1"
+        );
+        let sql = if filter.quarantined_only {
+            quarantined
+        } else {
+            format!(
+                "SELECT * FROM (({quarantined}) UNION ALL (SELECT {EVENT_COLS} FROM outbox_queue q \
+                   JOIN outbox o ON o.event_id = q.event_id \
+                   WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND {award} \
+                   ORDER BY q.created_at, q.sequence LIMIT $1)) u \
+                 ORDER BY o_created_at, o_sequence LIMIT $1"
+            )
+        };
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(filter.limit)
+            .bind(filter.award_id.as_deref())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(event).collect::<Result<_, _>>()?)
+    }
+
+    async fn redrive_outbox(
+        &self,
+        target: &RedriveTarget,
+        limit: i64,
+        by: &RedriveBy,
+    ) -> Result<Vec<RedriveOutcome>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = match target {
+            RedriveTarget::Events(ids) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {EVENT_COLS} FROM outbox o WHERE o.event_id = ANY($1) \
+                     ORDER BY o.created_at, o.sequence FOR UPDATE"
+                )))
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            RedriveTarget::AllQuarantined { award_id } => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL \
+                       AND o.published_at IS NULL AND ($2::text IS NULL OR o.award_id = $2) \
+                     ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE"
+                )))
+                .bind(limit)
+                .bind(award_id.as_deref())
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        let events: Vec<EventRecord> = rows.iter().map(event).collect::<Result<_, _>>()?;
+        let outcomes = redrive_outcomes(target, events);
+        let redriven: Vec<&EventRecord> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                RedriveOutcome::Redriven(e) => Some(e),
+                _ => None,
             })
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
-    Ok(pairs)
-}
-
-pub(super) async fn award_batch_end(
-    pool: &PgPool,
-    after: &str,
-    max_rows: i64,
-) -> Result<Option<String>, StoreError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT award_id, CAST(sum(disbursement_count) OVER (ORDER BY award_id) AS BIGINT) \
-         FROM award_balances WHERE award_id > $1 ORDER BY award_id LIMIT $2",
-    )
-    .bind(after)
-    .bind(AWARD_LOOKAHEAD)
-    .fetch_all(pool)
-    .await?;
-    Ok(batch_end(&rows, max_rows, AWARD_LOOKAHEAD))
-}
-
-pub(super) async fn reconcile_awards(
-    pool: &PgPool,
-    after: &str,
-    until: Option<&str>,
-) -> Result<Vec<AwardTotals>, StoreError> {
-    let range = match until {
-        Some(_) => "award_id > $1 AND award_id <= $2",
-        None => "award_id > $1 AND $2::text IS NULL",
-    };
-    let sql = format!(
-        "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
-           b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
-         FROM (SELECT * FROM award_balances WHERE {range}) b \
-         FULL JOIN (SELECT award_id, sum(amount_cents)::text AS s, count(*) AS n, \
-             count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
-           FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
-         ORDER BY 1"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(after)
-        .bind(until)
-        .fetch_all(pool)
-        .await?;
-    rows.iter().map(award_totals).collect()
+            .collect();
+        if !redriven.is_empty() {
+            let ids: Vec<Uuid> = redriven.iter().map(|e| e.event_id).collect();
+            sqlx::query(
+                "WITH r AS (UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
+                   leased_until = NULL WHERE event_id = ANY($1) \
+                   RETURNING event_id, award_id, award_hash, created_at, sequence) \
+                 INSERT INTO outbox_queue (event_id, award_id, award_hash, created_at, sequence) \
+                 SELECT event_id, award_id, coalesce(award_hash, oncegate_award_hash(award_id)), created_at, sequence \
+                 FROM r ON CONFLICT (event_id) DO UPDATE SET leased_until = NULL",
+            )
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+            let at = crate::time_fmt::now_micros();
+            let audit: Vec<AuditEntry> = redriven.iter().map(|e| redrive_audit(e, by, at)).collect();
+            insert_audit(&mut tx, &audit).await?;
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(super::OUTBOX_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
 }
 
 fn award_totals(r: &PgRow) -> Result<AwardTotals, StoreError> {
@@ -268,207 +457,6 @@ fn award_totals(r: &PgRow) -> Result<AwardTotals, StoreError> {
         balance: balance(r)?,
         ledger,
     })
-}
-
-pub(super) async fn first_sequence_gap(
-    pool: &PgPool,
-    award_id: &str,
-) -> Result<Option<SequenceGap>, StoreError> {
-    let row: Option<(i64, i64, String)> = sqlx::query_as(FIRST_GAP_SQL)
-        .bind(award_id)
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.map(|(expected, found, key)| SequenceGap {
-        expected,
-        found,
-        idempotency_key: key,
-    }))
-}
-
-pub(super) async fn ledger_matches(pool: &PgPool, keys: &[String]) -> Result<Vec<LedgerMatch>, StoreError> {
-    let sql = format!(
-        "SELECT {LEDGER_COLS}, coalesce((SELECT array_agg(o.event_id ORDER BY o.event_id) FROM outbox o \
-           WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
-             AND o.event_type = '{LEDGER_EVENT_TYPE}'), '{{}}') AS event_ids \
-         FROM disbursements d WHERE d.idempotency_key = ANY($1)"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(keys)
-        .fetch_all(pool)
-        .await?;
-    let mut found = Vec::with_capacity(rows.len());
-    for r in &rows {
-        if let Some(row) = ledger(r)? {
-            found.push(LedgerMatch {
-                ledger: row,
-                event_ids: r.try_get("event_ids")?,
-            });
-        }
-    }
-    Ok(found)
-}
-
-/// Claim, ledger row, events and audit rows of a key, in one read-only
-/// snapshot.
-pub(super) async fn inspect_key(pool: &PgPool, key: &str) -> Result<KeyInspection, StoreError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {LEDGER_COLS}, {CLAIM_COLS} FROM (SELECT $1::text AS k) q \
-         LEFT JOIN disbursements d ON d.idempotency_key = q.k \
-         LEFT JOIN processed_messages c ON c.idempotency_key = q.k"
-    )))
-    .bind(key)
-    .fetch_one(&mut *tx)
-    .await?;
-    let ledger_row = ledger(&row)?;
-    let events = match &ledger_row {
-        Some(d) => sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLS} FROM outbox o WHERE o.award_id = $1 AND o.sequence = $2 ORDER BY o.created_at"
-        )))
-        .bind(&d.award_id)
-        .bind(d.sequence)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(event)
-        .collect::<Result<_, _>>()?,
-        None => Vec::new(),
-    };
-    let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = $1 ORDER BY at, id"
-    )))
-    .bind(crate::key::key_prefix(key))
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(audit)
-    .collect::<Result<_, _>>()?;
-    tx.commit().await?;
-    Ok(KeyInspection {
-        idempotency_key: key.to_string(),
-        claim: claim(&row)?,
-        ledger: ledger_row,
-        events,
-        audit: audit_rows,
-    })
-}
-
-pub(super) async fn award_keys(
-    pool: &PgPool,
-    award_id: &str,
-    limit: i64,
-) -> Result<(Option<Balance>, Vec<String>), StoreError> {
-    let row = sqlx::query(
-        "SELECT award_id AS b_award_id, total_cents, disbursement_count, last_sequence, updated_at \
-         FROM award_balances WHERE award_id = $1",
-    )
-    .bind(award_id)
-    .fetch_optional(pool)
-    .await?;
-    let keys = sqlx::query_scalar(
-        "SELECT idempotency_key FROM disbursements WHERE award_id = $1 ORDER BY sequence DESC LIMIT $2",
-    )
-    .bind(award_id)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    Ok((row.as_ref().map(balance).transpose()?.flatten(), keys))
-}
-
-pub(super) async fn list_outbox(
-    pool: &PgPool,
-    filter: &OutboxFilter,
-) -> Result<Vec<EventRecord>, StoreError> {
-    // Pending rows come from the queue, quarantined ones from their own
-    // partial index.
-    let award = "($2::text IS NULL OR o.award_id = $2)";
-    let quarantined = format!(
-        "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL AND o.published_at IS NULL \
-         AND {award} ORDER BY o.created_at, o.sequence LIMIT $1"
-    );
-    let sql = if filter.quarantined_only {
-        quarantined
-    } else {
-        format!(
-            "SELECT * FROM (({quarantined}) UNION ALL (SELECT {EVENT_COLS} FROM outbox_queue q \
-               JOIN outbox o ON o.event_id = q.event_id \
-               WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND {award} \
-               ORDER BY q.created_at, q.sequence LIMIT $1)) u \
-             ORDER BY o_created_at, o_sequence LIMIT $1"
-        )
-    };
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(filter.limit)
-        .bind(filter.award_id.as_deref())
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.iter().map(event).collect::<Result<_, _>>()?)
-}
-
-pub(super) async fn redrive_outbox(
-    pool: &PgPool,
-    target: &RedriveTarget,
-    limit: i64,
-    by: &RedriveBy,
-) -> Result<Vec<RedriveOutcome>, StoreError> {
-    let mut tx = pool.begin().await?;
-    let rows = match target {
-        RedriveTarget::Events(ids) => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {EVENT_COLS} FROM outbox o WHERE o.event_id = ANY($1) \
-                 ORDER BY o.created_at, o.sequence FOR UPDATE"
-            )))
-            .bind(ids)
-            .fetch_all(&mut *tx)
-            .await?
-        }
-        RedriveTarget::AllQuarantined { award_id } => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL \
-                   AND o.published_at IS NULL AND ($2::text IS NULL OR o.award_id = $2) \
-                 ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE"
-            )))
-            .bind(limit)
-            .bind(award_id.as_deref())
-            .fetch_all(&mut *tx)
-            .await?
-        }
-    };
-    let events: Vec<EventRecord> = rows.iter().map(event).collect::<Result<_, _>>()?;
-    let outcomes = redrive_outcomes(target, events);
-    let redriven: Vec<&EventRecord> = outcomes
-        .iter()
-        .filter_map(|o| match o {
-            RedriveOutcome::Redriven(e) => Some(e),
-            _ => None,
-        })
-        .collect();
-    if !redriven.is_empty() {
-        let ids: Vec<Uuid> = redriven.iter().map(|e| e.event_id).collect();
-        sqlx::query(
-            "WITH r AS (UPDATE outbox SET quarantined_at = NULL, attempts = 0, last_error = NULL, \
-               leased_until = NULL WHERE event_id = ANY($1) \
-               RETURNING event_id, award_id, award_hash, created_at, sequence) \
-             INSERT INTO outbox_queue (event_id, award_id, award_hash, created_at, sequence) \
-             SELECT event_id, award_id, coalesce(award_hash, oncegate_award_hash(award_id)), created_at, sequence \
-             FROM r ON CONFLICT (event_id) DO UPDATE SET leased_until = NULL",
-        )
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await?;
-        let at = crate::time_fmt::now_micros();
-        let audit: Vec<AuditEntry> = redriven.iter().map(|e| redrive_audit(e, by, at)).collect();
-        insert_audit(&mut tx, &audit).await?;
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(super::OUTBOX_CHANNEL)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(outcomes)
 }
 
 /// The audit rows of a redrive, inside its transaction.

@@ -3,13 +3,15 @@
 //! (`oncegate_audit_seal_horizon`, migration 0005, explains why it is
 //! safe), and plain reads and appends of rows, seals and purge records.
 
+use super::PostgresStore;
 use crate::error::StoreError;
+use crate::store::AuditStore;
 use crate::store::{
     AuditPurge, AuditRecord, AuditSeal, HeldLock, RowCursor, RowSpan, SealHorizon, SealSpan, TimeRange,
 };
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, Row};
 use std::time::Duration;
 
 /// Advisory lock key held by the instance that seals ("onceseal"); the
@@ -35,51 +37,217 @@ impl HeldLock for SessionLock {
     }
 }
 
-pub(super) async fn lock_sealing(pool: &PgPool) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
-    // Detached: the lock can never leak back into the pool.
-    let mut conn = pool.acquire().await?.detach();
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(SEAL_LOCK)
-        .fetch_one(&mut conn)
-        .await?;
-    if !locked {
-        let _ = sqlx::Connection::close(conn).await;
-        return Ok(None);
-    }
-    Ok(Some(Box::new(SessionLock { conn, key: SEAL_LOCK })))
-}
-
-/// The horizon and the writers that may still add a row below it
-/// (migration 0005), then short polls until those writers have ended.
-pub(super) async fn seal_horizon(pool: &PgPool, wait: Duration) -> Result<SealHorizon, StoreError> {
-    let row = sqlx::query("SELECT horizon, writers FROM oncegate_audit_seal_horizon()")
-        .fetch_one(pool)
-        .await?;
-    let through: i64 = row.try_get("horizon")?;
-    let mut writers: Vec<String> = row.try_get("writers")?;
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut pause = Duration::from_millis(10);
-    while !writers.is_empty() {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Ok(SealHorizon::Blocked {
-                through,
-                writers: writers.len(),
-            });
+#[async_trait]
+impl AuditStore for PostgresStore {
+    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
+        // Detached: the lock can never leak back into the self.pool.
+        let mut conn = self.pool.acquire().await?.detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(SEAL_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if !locked {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(None);
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        pause = (pause * 2).min(Duration::from_millis(200));
-        // Still running: still holding its lock on the sequence.
-        writers = sqlx::query_scalar(
-            "SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks \
-             WHERE locktype = 'relation' AND virtualtransaction = ANY($1) \
-               AND relation = pg_get_serial_sequence('public.audit_log', 'id')::regclass",
-        )
-        .bind(&writers)
-        .fetch_one(pool)
-        .await?;
+        Ok(Some(Box::new(SessionLock { conn, key: SEAL_LOCK })))
     }
-    Ok(SealHorizon::Through(through))
+
+    /// The horizon and the writers that may still add a row below it
+    /// (migration 0005), then short polls until those writers have ended.
+    async fn audit_seal_horizon(&self, wait: Duration) -> Result<SealHorizon, StoreError> {
+        let row = sqlx::query("SELECT horizon, writers FROM oncegate_audit_seal_horizon()")
+            .fetch_one(&self.pool)
+            .await?;
+        let through: i64 = row.try_get("horizon")?;
+        let mut writers: Vec<String> = row.try_get("writers")?;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(10);
+        while !writers.is_empty() {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(SealHorizon::Blocked {
+                    through,
+                    writers: writers.len(),
+                });
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+            // Still running: still holding its lock on the sequence.
+            writers = sqlx::query_scalar(
+                "SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks \
+                 WHERE locktype = 'relation' AND virtualtransaction = ANY($1) \
+                   AND relation = pg_get_serial_sequence('public.audit_log', 'id')::regclass",
+            )
+            .bind(&writers)
+            .fetch_one(&self.pool)
+            .await?;
+        }
+        Ok(SealHorizon::Through(through))
+    }
+
+    async fn audit_rows(
+        &self,
+        after: RowCursor,
+        through_id: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log \
+             WHERE id >= $1 AND id <= $3 AND (id > $1 OR at > $2) \
+             ORDER BY id, at LIMIT $4"
+        )))
+        .bind(after.id)
+        .bind(after.at)
+        .bind(through_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(audit_record).collect::<Result<_, _>>()?)
+    }
+
+    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
+        let row = sqlx::query(
+            "SELECT count(*), min(id), max(id) FROM audit_log \
+             WHERE id > $1 AND at >= coalesce($2, '-infinity') AND at < coalesce($3, 'infinity')",
+        )
+        .bind(after_id)
+        .bind(range.from)
+        .bind(range.to)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(RowSpan {
+            count: row.try_get(0)?,
+            first_id: row.try_get(1)?,
+            last_id: row.try_get(2)?,
+        })
+    }
+
+    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= $1 ORDER BY seq LIMIT $2"
+        )))
+        .bind(from_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(audit_seal).collect::<Result<_, _>>()?)
+    }
+
+    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
+        )))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(audit_seal).transpose()?)
+    }
+
+    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
+        let row = sqlx::query(
+            "WITH s AS (SELECT min(seq) AS lo, max(seq) AS hi FROM audit_seals \
+                        WHERE max_at >= coalesce($1, '-infinity') AND min_at < coalesce($2, 'infinity')) \
+             SELECT s.lo, s.hi, (SELECT CAST(coalesce(sum(row_count), 0) AS BIGINT) FROM audit_seals \
+                                 WHERE seq BETWEEN s.lo AND s.hi) FROM s",
+        )
+        .bind(range.from)
+        .bind(range.to)
+        .fetch_one(&self.pool)
+        .await?;
+        let (lo, hi): (Option<i64>, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
+        Ok(lo.zip(hi).map(|(first_seq, last_seq)| SealSpan {
+            first_seq,
+            last_seq,
+            rows: row.try_get(2).unwrap_or(0),
+        }))
+    }
+
+    /// Appends the seal in one transaction, after checking that its range still
+    /// holds exactly its rows. The chain trigger refuses a seal that does not
+    /// follow the newest one; the primary key the second of two racing sealers.
+    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let present: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE id BETWEEN $1 AND $2")
+            .bind(seal.first_id)
+            .bind(seal.last_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if present != seal.row_count {
+            return Ok(false);
+        }
+        let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        )))
+        .bind(seal.seq)
+        .bind(seal.first_id)
+        .bind(seal.last_id)
+        .bind(seal.row_count)
+        .bind(&seal.absent_ids)
+        .bind(seal.min_at)
+        .bind(seal.max_at)
+        .bind(seal.sealed_at)
+        .bind(&seal.sealed_by)
+        .bind(&seal.prev_digest)
+        .bind(&seal.digest)
+        .bind(&seal.row_tags)
+        .bind(&seal.signature)
+        .bind(&seal.key_id)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {
+                let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
+                sqlx::query(
+                    "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+                     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)",
+                )
+                .bind(event_id)
+                .bind(crate::store::shared::AUDIT_SEALED_EVENT)
+                .bind(crate::store::shared::AUDIT_EVENT_AWARD)
+                .bind(seal.seq)
+                .bind(body)
+                .bind(seal.sealed_at)
+                .bind(crate::store::slots::award_hash(crate::store::shared::AUDIT_EVENT_AWARD))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+            // unique_violation (a racing sealer took the number), check_violation
+            // (the chain moved on: the trigger refused it)
+            Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("23505" | "23514")) => {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
+        let (lo, hi) = seqs.unzip();
+        let rows = sqlx::query(
+            "SELECT purged_at, cutoff, method, seal_seq, seal_digest, row_count, ids FROM audit_purges \
+             WHERE CASE WHEN $1::bigint IS NULL THEN seal_seq IS NULL ELSE seal_seq BETWEEN $1 AND $2 END \
+             ORDER BY id",
+        )
+        .bind(lo)
+        .bind(hi)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditPurge {
+                    purged_at: r.try_get("purged_at")?,
+                    cutoff: r.try_get("cutoff")?,
+                    method: r.try_get("method")?,
+                    seal_seq: r.try_get("seal_seq")?,
+                    seal_digest: r.try_get("seal_digest")?,
+                    row_count: r.try_get("row_count")?,
+                    ids: r.try_get("ids")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError::from)
+    }
 }
 
 const AUDIT_COLUMNS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
@@ -95,47 +263,6 @@ fn audit_record(r: &PgRow) -> Result<AuditRecord, sqlx::Error> {
         instance: r.try_get("instance")?,
         payload_changed: r.try_get("payload_changed")?,
         detail: r.try_get("detail")?,
-    })
-}
-
-pub(super) async fn audit_rows(
-    pool: &PgPool,
-    after: RowCursor,
-    through_id: i64,
-    limit: i64,
-) -> Result<Vec<AuditRecord>, StoreError> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AUDIT_COLUMNS} FROM audit_log \
-         WHERE id >= $1 AND id <= $3 AND (id > $1 OR at > $2) \
-         ORDER BY id, at LIMIT $4"
-    )))
-    .bind(after.id)
-    .bind(after.at)
-    .bind(through_id)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.iter().map(audit_record).collect::<Result<_, _>>()?)
-}
-
-pub(super) async fn audit_rows_after(
-    pool: &PgPool,
-    after_id: i64,
-    range: &TimeRange,
-) -> Result<RowSpan, StoreError> {
-    let row = sqlx::query(
-        "SELECT count(*), min(id), max(id) FROM audit_log \
-         WHERE id > $1 AND at >= coalesce($2, '-infinity') AND at < coalesce($3, 'infinity')",
-    )
-    .bind(after_id)
-    .bind(range.from)
-    .bind(range.to)
-    .fetch_one(pool)
-    .await?;
-    Ok(RowSpan {
-        count: row.try_get(0)?,
-        first_id: row.try_get(1)?,
-        last_id: row.try_get(2)?,
     })
 }
 
@@ -159,138 +286,4 @@ fn audit_seal(r: &PgRow) -> Result<AuditSeal, sqlx::Error> {
         signature: r.try_get("signature")?,
         key_id: r.try_get("key_id")?,
     })
-}
-
-pub(super) async fn audit_seals(
-    pool: &PgPool,
-    from_seq: i64,
-    limit: i64,
-) -> Result<Vec<AuditSeal>, StoreError> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= $1 ORDER BY seq LIMIT $2"
-    )))
-    .bind(from_seq)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.iter().map(audit_seal).collect::<Result<_, _>>()?)
-}
-
-pub(super) async fn last_audit_seal(pool: &PgPool) -> Result<Option<AuditSeal>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
-    )))
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.as_ref().map(audit_seal).transpose()?)
-}
-
-pub(super) async fn audit_seal_span(
-    pool: &PgPool,
-    range: &TimeRange,
-) -> Result<Option<SealSpan>, StoreError> {
-    let row = sqlx::query(
-        "WITH s AS (SELECT min(seq) AS lo, max(seq) AS hi FROM audit_seals \
-                    WHERE max_at >= coalesce($1, '-infinity') AND min_at < coalesce($2, 'infinity')) \
-         SELECT s.lo, s.hi, (SELECT CAST(coalesce(sum(row_count), 0) AS BIGINT) FROM audit_seals \
-                             WHERE seq BETWEEN s.lo AND s.hi) FROM s",
-    )
-    .bind(range.from)
-    .bind(range.to)
-    .fetch_one(pool)
-    .await?;
-    let (lo, hi): (Option<i64>, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
-    Ok(lo.zip(hi).map(|(first_seq, last_seq)| SealSpan {
-        first_seq,
-        last_seq,
-        rows: row.try_get(2).unwrap_or(0),
-    }))
-}
-
-/// Appends the seal in one transaction, after checking that its range still
-/// holds exactly its rows. The chain trigger refuses a seal that does not
-/// follow the newest one; the primary key the second of two racing sealers.
-pub(super) async fn insert_audit_seal(pool: &PgPool, seal: &AuditSeal) -> Result<bool, StoreError> {
-    let mut tx = pool.begin().await?;
-    let present: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE id BETWEEN $1 AND $2")
-        .bind(seal.first_id)
-        .bind(seal.last_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    if present != seal.row_count {
-        return Ok(false);
-    }
-    let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
-    )))
-    .bind(seal.seq)
-    .bind(seal.first_id)
-    .bind(seal.last_id)
-    .bind(seal.row_count)
-    .bind(&seal.absent_ids)
-    .bind(seal.min_at)
-    .bind(seal.max_at)
-    .bind(seal.sealed_at)
-    .bind(&seal.sealed_by)
-    .bind(&seal.prev_digest)
-    .bind(&seal.digest)
-    .bind(&seal.row_tags)
-    .bind(&seal.signature)
-    .bind(&seal.key_id)
-    .execute(&mut *tx)
-    .await;
-    match inserted {
-        Ok(_) => {
-            let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
-            sqlx::query(
-                "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
-                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)",
-            )
-            .bind(event_id)
-            .bind(crate::store::shared::AUDIT_SEALED_EVENT)
-            .bind(crate::store::shared::AUDIT_EVENT_AWARD)
-            .bind(seal.seq)
-            .bind(body)
-            .bind(seal.sealed_at)
-            .bind(crate::store::slots::award_hash(crate::store::shared::AUDIT_EVENT_AWARD))
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(true)
-        }
-        // unique_violation (a racing sealer took the number), check_violation
-        // (the chain moved on: the trigger refused it)
-        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("23505" | "23514")) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-pub(super) async fn audit_purges(
-    pool: &PgPool,
-    seqs: Option<(i64, i64)>,
-) -> Result<Vec<AuditPurge>, StoreError> {
-    let (lo, hi) = seqs.unzip();
-    let rows = sqlx::query(
-        "SELECT purged_at, cutoff, method, seal_seq, seal_digest, row_count, ids FROM audit_purges \
-         WHERE CASE WHEN $1::bigint IS NULL THEN seal_seq IS NULL ELSE seal_seq BETWEEN $1 AND $2 END \
-         ORDER BY id",
-    )
-    .bind(lo)
-    .bind(hi)
-    .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(AuditPurge {
-                purged_at: r.try_get("purged_at")?,
-                cutoff: r.try_get("cutoff")?,
-                method: r.try_get("method")?,
-                seal_seq: r.try_get("seal_seq")?,
-                seal_digest: r.try_get("seal_digest")?,
-                row_count: r.try_get("row_count")?,
-                ids: r.try_get("ids")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(StoreError::from)
 }

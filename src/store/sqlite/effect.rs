@@ -6,12 +6,14 @@
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::key::key_prefix;
+use crate::store::EffectStore;
 use crate::store::effect::{
     BeginOutcome, COMPLETED, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
     REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
 };
 use crate::store::{AuditDecision, Tier};
 use crate::time_fmt::{from_micros, now_micros, to_micros};
+use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 use std::time::Duration;
@@ -300,3 +302,30 @@ impl<'a> AuditRow<'a> {
 pub(super) const PURGE_SQL: &str = "DELETE FROM effects WHERE (namespace, idempotency_key) IN ( \
        SELECT namespace, idempotency_key FROM effects WHERE updated_at < ?1 \
        ORDER BY updated_at LIMIT ?2)";
+
+#[async_trait]
+impl EffectStore for SqliteStore {
+    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+        self.begin_effect(begin).await
+    }
+
+    async fn effect_complete(
+        &self,
+        fence: &crate::store::effect::Fence<'_>,
+        response: &[u8],
+    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
+        self.complete_effect(fence, response).await
+    }
+
+    async fn effect_release(
+        &self,
+        fence: &crate::store::effect::Fence<'_>,
+        reason: &str,
+    ) -> Result<FencedOutcome<()>, StoreError> {
+        self.release_effect(fence, reason).await
+    }
+
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
+        self.get_effect(namespace, key).await
+    }
+}

@@ -3,12 +3,15 @@
 //! writer is never blocked, and no read holds a checkpoint back for long);
 //! a redrive is one `IMMEDIATE` write transaction.
 
+use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::AuditEntry;
+use crate::store::OpsStore;
 use crate::store::ops::*;
 use crate::time_fmt::{from_micros, to_micros};
+use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -110,148 +113,286 @@ fn audit(r: &SqliteRow) -> Result<AuditRecord, StoreError> {
     })
 }
 
-pub(super) async fn reconcile_start(reader: &SqlitePool) -> Result<ReconcileStart, StoreError> {
-    let row = sqlx::query(
-        "SELECT (SELECT min(claimed_at) FROM processed_messages), \
-           (SELECT min(published_at) FROM outbox WHERE published_at IS NOT NULL)",
-    )
-    .fetch_one(reader)
-    .await?;
-    Ok(ReconcileStart {
-        // The relay and the purge of a SQLite store use this process's clock.
-        now: crate::time_fmt::now_micros(),
-        oldest_claim: row.try_get::<Option<i64>, _>(0)?.map(from_micros),
-        oldest_published_event: row.try_get::<Option<i64>, _>(1)?.map(from_micros),
-    })
-}
-
-pub(super) async fn key_batch_end(
-    reader: &SqlitePool,
-    after: &str,
-    limit: i64,
-) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT idempotency_key FROM disbursements WHERE idempotency_key > ?1 \
-         ORDER BY idempotency_key LIMIT 1 OFFSET ?2",
-    )
-    .bind(after)
-    .bind(limit.max(1) - 1)
-    .fetch_optional(reader)
-    .await?)
-}
-
-pub(super) async fn reconcile_keys(
-    reader: &SqlitePool,
-    after: &str,
-    until: Option<&str>,
-    events_since: OffsetDateTime,
-) -> Result<Vec<KeyPair>, StoreError> {
-    let range = match until {
-        Some(_) => "idempotency_key > ?1 AND idempotency_key <= ?2",
-        None => "idempotency_key > ?1 AND ?2 IS NULL",
-    };
-    // Not a FULL JOIN: SQLite runs one as nested scans of both ranges. The
-    // ledger rows with their claims (by primary key), then the claims
-    // without a ledger row, in one statement and so one snapshot.
-    let sql = format!(
-        "SELECT d.idempotency_key AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
-           CASE WHEN d.recorded_at >= ?3 THEN (SELECT count(*) FROM outbox o \
-             WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
-               AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
-         FROM (SELECT * FROM disbursements WHERE {range}) d \
-         LEFT JOIN processed_messages c ON c.idempotency_key = d.idempotency_key \
-         UNION ALL \
-         SELECT c.idempotency_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
-           {CLAIM_COLS}, NULL \
-         FROM (SELECT * FROM processed_messages WHERE {range}) c \
-         WHERE NOT EXISTS (SELECT 1 FROM disbursements x WHERE x.idempotency_key = c.idempotency_key) \
-         ORDER BY 1"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(after)
-        .bind(until)
-        .bind(to_micros(events_since))
-        .fetch_all(reader)
+#[async_trait]
+impl OpsStore for SqliteStore {
+    async fn reconcile_start(&self) -> Result<ReconcileStart, StoreError> {
+        let row = sqlx::query(
+            "SELECT (SELECT min(claimed_at) FROM processed_messages), \
+               (SELECT min(published_at) FROM outbox WHERE published_at IS NOT NULL)",
+        )
+        .fetch_one(&self.reader)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(KeyPair {
-                key: r.try_get("key")?,
-                ledger: ledger(r)?,
-                claim: claim(r)?,
-                events: r.try_get("events")?,
-            })
+        Ok(ReconcileStart {
+            // The relay and the purge of a SQLite store use this process's clock.
+            now: crate::time_fmt::now_micros(),
+            oldest_claim: row.try_get::<Option<i64>, _>(0)?.map(from_micros),
+            oldest_published_event: row.try_get::<Option<i64>, _>(1)?.map(from_micros),
         })
-        .collect()
-}
+    }
 
-pub(super) async fn reconcile_events(
-    reader: &SqlitePool,
-    after: Uuid,
-    limit: i64,
-) -> Result<Vec<EventPair>, StoreError> {
-    let sql = format!(
-        "SELECT {EVENT_COLS}, {LEDGER_COLS} FROM outbox o \
-         LEFT JOIN disbursements d ON d.award_id = o.award_id AND d.sequence = o.sequence \
-         WHERE o.event_id > ?1 ORDER BY o.event_id LIMIT ?2"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(after.to_string())
+    /// One file, one pod: nothing to share the run with.
+    async fn try_reconcile_lock(&self) -> Result<Option<crate::store::ops::RunLock>, StoreError> {
+        Ok(Some(crate::store::ops::RunLock(Box::new(()))))
+    }
+
+    async fn key_batch_end(&self, after: &str, limit: i64) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements WHERE idempotency_key > ?1 \
+             ORDER BY idempotency_key LIMIT 1 OFFSET ?2",
+        )
+        .bind(after)
+        .bind(limit.max(1) - 1)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    async fn reconcile_keys(
+        &self,
+        after: &str,
+        until: Option<&str>,
+        events_since: OffsetDateTime,
+    ) -> Result<Vec<KeyPair>, StoreError> {
+        let range = match until {
+            Some(_) => "idempotency_key > ?1 AND idempotency_key <= ?2",
+            None => "idempotency_key > ?1 AND ?2 IS NULL",
+        };
+        // Not a FULL JOIN: SQLite runs one as nested scans of both ranges. The
+        // ledger rows with their claims (by primary key), then the claims
+        // without a ledger row, in one statement and so one snapshot.
+        let sql = format!(
+            "SELECT d.idempotency_key AS key, {LEDGER_COLS}, {CLAIM_COLS}, \
+               CASE WHEN d.recorded_at >= ?3 THEN (SELECT count(*) FROM outbox o \
+                 WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+                   AND o.event_type = '{LEDGER_EVENT_TYPE}') END AS events \
+             FROM (SELECT * FROM disbursements WHERE {range}) d \
+             LEFT JOIN processed_messages c ON c.idempotency_key = d.idempotency_key \
+             UNION ALL \
+             SELECT c.idempotency_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+               {CLAIM_COLS}, NULL \
+             FROM (SELECT * FROM processed_messages WHERE {range}) c \
+             WHERE NOT EXISTS (SELECT 1 FROM disbursements x WHERE x.idempotency_key = c.idempotency_key) \
+             ORDER BY 1"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(until)
+            .bind(to_micros(events_since))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(KeyPair {
+                    key: r.try_get("key")?,
+                    ledger: ledger(r)?,
+                    claim: claim(r)?,
+                    events: r.try_get("events")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn reconcile_events(&self, after: Uuid, limit: i64) -> Result<Vec<EventPair>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS}, {LEDGER_COLS} FROM outbox o \
+             LEFT JOIN disbursements d ON d.award_id = o.award_id AND d.sequence = o.sequence \
+             WHERE o.event_id > ?1 ORDER BY o.event_id LIMIT ?2"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after.to_string())
+            .bind(limit)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(EventPair {
+                    event: event(r)?,
+                    ledger: ledger(r)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn award_batch_end(&self, after: &str, max_rows: i64) -> Result<Option<String>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT award_id, sum(disbursement_count) OVER (ORDER BY award_id) \
+             FROM award_balances WHERE award_id > ?1 ORDER BY award_id LIMIT ?2",
+        )
+        .bind(after)
+        .bind(AWARD_LOOKAHEAD)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(batch_end(&rows, max_rows, AWARD_LOOKAHEAD))
+    }
+
+    async fn reconcile_awards(
+        &self,
+        after: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<AwardTotals>, StoreError> {
+        let range = match until {
+            Some(_) => "award_id > ?1 AND award_id <= ?2",
+            None => "award_id > ?1 AND ?2 IS NULL",
+        };
+        // The sum as text: SQLite's sum() of integers raises on overflow, and
+        // decimal() keeps it exact.
+        let sql = format!(
+            "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
+               b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
+             FROM (SELECT * FROM award_balances WHERE {range}) b \
+             FULL JOIN (SELECT award_id, CAST(sum(amount_cents) AS TEXT) AS s, count(*) AS n, \
+                 count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
+               FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
+             ORDER BY 1"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(until)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(award_totals).collect()
+    }
+
+    async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {
+        let row: Option<(i64, i64, String)> = sqlx::query_as(FIRST_GAP_SQL)
+            .bind(award_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(row.map(|(expected, found, key)| SequenceGap {
+            expected,
+            found,
+            idempotency_key: key,
+        }))
+    }
+
+    async fn ledger_matches(&self, keys: &[String]) -> Result<Vec<LedgerMatch>, StoreError> {
+        let sql = format!(
+            "SELECT {LEDGER_COLS}, (SELECT group_concat(o.event_id, ',') FROM outbox o \
+               WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
+                 AND o.event_type = '{LEDGER_EVENT_TYPE}') AS event_ids \
+             FROM disbursements d WHERE d.idempotency_key IN (SELECT value FROM json_each(?1))"
+        );
+        let keys = serde_json::to_string(keys).map_err(|e| StoreError::Other(e.to_string()))?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(keys)
+            .fetch_all(&self.reader)
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let Some(row) = ledger(r)? else { continue };
+            let ids: Option<String> = r.try_get("event_ids")?;
+            let event_ids = ids
+                .iter()
+                .flat_map(|s| s.split(','))
+                .map(uuid)
+                .collect::<Result<_, _>>()?;
+            found.push(LedgerMatch {
+                ledger: row,
+                event_ids,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Claim, ledger row, events and audit rows of a key, in one read
+    /// transaction (one WAL snapshot).
+    async fn inspect_key(&self, key: &str) -> Result<KeyInspection, StoreError> {
+        let mut tx = self.reader.begin().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {LEDGER_COLS}, {CLAIM_COLS} FROM (SELECT ?1 AS k) q \
+             LEFT JOIN disbursements d ON d.idempotency_key = q.k \
+             LEFT JOIN processed_messages c ON c.idempotency_key = q.k"
+        )))
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?;
+        let ledger_row = ledger(&row)?;
+        let mut events = Vec::new();
+        if let Some(d) = &ledger_row {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.award_id = ?1 AND o.sequence = ?2 ORDER BY o.created_at"
+            )))
+            .bind(&d.award_id)
+            .bind(d.sequence)
+            .fetch_all(&mut *tx)
+            .await?;
+            events = rows.iter().map(event).collect::<Result<_, _>>()?;
+        }
+        let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = ?1 ORDER BY at, id"
+        )))
+        .bind(crate::key::key_prefix(key))
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(audit)
+        .collect::<Result<_, _>>()?;
+        tx.commit().await?;
+        Ok(KeyInspection {
+            idempotency_key: key.to_string(),
+            claim: claim(&row)?,
+            ledger: ledger_row,
+            events,
+            audit: audit_rows,
+        })
+    }
+
+    async fn award_keys(
+        &self,
+        award_id: &str,
+        limit: i64,
+    ) -> Result<(Option<Balance>, Vec<String>), StoreError> {
+        let row = sqlx::query(
+            "SELECT award_id AS b_award_id, total_cents, disbursement_count, last_sequence, updated_at \
+             FROM award_balances WHERE award_id = ?1",
+        )
+        .bind(award_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        let keys = sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements WHERE award_id = ?1 ORDER BY sequence DESC LIMIT ?2",
+        )
+        .bind(award_id)
         .bind(limit)
-        .fetch_all(reader)
+        .fetch_all(&self.reader)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(EventPair {
-                event: event(r)?,
-                ledger: ledger(r)?,
-            })
-        })
-        .collect()
-}
+        let balance = match &row {
+            Some(r) => balance(r)?,
+            None => None,
+        };
+        Ok((balance, keys))
+    }
 
-pub(super) async fn award_batch_end(
-    reader: &SqlitePool,
-    after: &str,
-    max_rows: i64,
-) -> Result<Option<String>, StoreError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT award_id, sum(disbursement_count) OVER (ORDER BY award_id) \
-         FROM award_balances WHERE award_id > ?1 ORDER BY award_id LIMIT ?2",
-    )
-    .bind(after)
-    .bind(AWARD_LOOKAHEAD)
-    .fetch_all(reader)
-    .await?;
-    Ok(batch_end(&rows, max_rows, AWARD_LOOKAHEAD))
-}
+    async fn list_outbox(&self, filter: &OutboxFilter) -> Result<Vec<EventRecord>, StoreError> {
+        let state = if filter.quarantined_only {
+            "o.quarantined_at IS NOT NULL"
+        } else {
+            "1"
+        };
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM outbox o WHERE o.published_at IS NULL AND {state} \
+               AND (?2 IS NULL OR o.award_id = ?2) \
+             ORDER BY o.created_at, o.sequence LIMIT ?1"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(filter.limit)
+            .bind(filter.award_id.as_deref())
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(event).collect()
+    }
 
-pub(super) async fn reconcile_awards(
-    reader: &SqlitePool,
-    after: &str,
-    until: Option<&str>,
-) -> Result<Vec<AwardTotals>, StoreError> {
-    let range = match until {
-        Some(_) => "award_id > ?1 AND award_id <= ?2",
-        None => "award_id > ?1 AND ?2 IS NULL",
-    };
-    // The sum as text: SQLite's sum() of integers raises on overflow, and
-    // decimal() keeps it exact.
-    let sql = format!(
-        "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
-           b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
-         FROM (SELECT * FROM award_balances WHERE {range}) b \
-         FULL JOIN (SELECT award_id, CAST(sum(amount_cents) AS TEXT) AS s, count(*) AS n, \
-             count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
-           FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
-         ORDER BY 1"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(after)
-        .bind(until)
-        .fetch_all(reader)
-        .await?;
-    rows.iter().map(award_totals).collect()
+    async fn redrive_outbox(
+        &self,
+        target: &crate::store::ops::RedriveTarget,
+        limit: i64,
+        by: &crate::store::ops::RedriveBy,
+    ) -> Result<Vec<crate::store::ops::RedriveOutcome>, StoreError> {
+        let (outcomes, redriven) = redrive_outbox(self.begin().await?, target, limit, by).await?;
+        if redriven {
+            self.outbox_written.notify_one();
+        }
+        Ok(outcomes)
+    }
 }
 
 fn award_totals(r: &SqliteRow) -> Result<AwardTotals, StoreError> {
@@ -273,144 +414,6 @@ fn award_totals(r: &SqliteRow) -> Result<AwardTotals, StoreError> {
         balance: balance(r)?,
         ledger,
     })
-}
-
-pub(super) async fn first_sequence_gap(
-    reader: &SqlitePool,
-    award_id: &str,
-) -> Result<Option<SequenceGap>, StoreError> {
-    let row: Option<(i64, i64, String)> = sqlx::query_as(FIRST_GAP_SQL)
-        .bind(award_id)
-        .fetch_optional(reader)
-        .await?;
-    Ok(row.map(|(expected, found, key)| SequenceGap {
-        expected,
-        found,
-        idempotency_key: key,
-    }))
-}
-
-pub(super) async fn ledger_matches(
-    reader: &SqlitePool,
-    keys: &[String],
-) -> Result<Vec<LedgerMatch>, StoreError> {
-    let sql = format!(
-        "SELECT {LEDGER_COLS}, (SELECT group_concat(o.event_id, ',') FROM outbox o \
-           WHERE o.award_id = d.award_id AND o.sequence = d.sequence \
-             AND o.event_type = '{LEDGER_EVENT_TYPE}') AS event_ids \
-         FROM disbursements d WHERE d.idempotency_key IN (SELECT value FROM json_each(?1))"
-    );
-    let keys = serde_json::to_string(keys).map_err(|e| StoreError::Other(e.to_string()))?;
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(keys)
-        .fetch_all(reader)
-        .await?;
-    let mut found = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let Some(row) = ledger(r)? else { continue };
-        let ids: Option<String> = r.try_get("event_ids")?;
-        let event_ids = ids
-            .iter()
-            .flat_map(|s| s.split(','))
-            .map(uuid)
-            .collect::<Result<_, _>>()?;
-        found.push(LedgerMatch {
-            ledger: row,
-            event_ids,
-        });
-    }
-    Ok(found)
-}
-
-/// Claim, ledger row, events and audit rows of a key, in one read
-/// transaction (one WAL snapshot).
-pub(super) async fn inspect_key(reader: &SqlitePool, key: &str) -> Result<KeyInspection, StoreError> {
-    let mut tx = reader.begin().await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {LEDGER_COLS}, {CLAIM_COLS} FROM (SELECT ?1 AS k) q \
-         LEFT JOIN disbursements d ON d.idempotency_key = q.k \
-         LEFT JOIN processed_messages c ON c.idempotency_key = q.k"
-    )))
-    .bind(key)
-    .fetch_one(&mut *tx)
-    .await?;
-    let ledger_row = ledger(&row)?;
-    let mut events = Vec::new();
-    if let Some(d) = &ledger_row {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLS} FROM outbox o WHERE o.award_id = ?1 AND o.sequence = ?2 ORDER BY o.created_at"
-        )))
-        .bind(&d.award_id)
-        .bind(d.sequence)
-        .fetch_all(&mut *tx)
-        .await?;
-        events = rows.iter().map(event).collect::<Result<_, _>>()?;
-    }
-    let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = ?1 ORDER BY at, id"
-    )))
-    .bind(crate::key::key_prefix(key))
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(audit)
-    .collect::<Result<_, _>>()?;
-    tx.commit().await?;
-    Ok(KeyInspection {
-        idempotency_key: key.to_string(),
-        claim: claim(&row)?,
-        ledger: ledger_row,
-        events,
-        audit: audit_rows,
-    })
-}
-
-pub(super) async fn award_keys(
-    reader: &SqlitePool,
-    award_id: &str,
-    limit: i64,
-) -> Result<(Option<Balance>, Vec<String>), StoreError> {
-    let row = sqlx::query(
-        "SELECT award_id AS b_award_id, total_cents, disbursement_count, last_sequence, updated_at \
-         FROM award_balances WHERE award_id = ?1",
-    )
-    .bind(award_id)
-    .fetch_optional(reader)
-    .await?;
-    let keys = sqlx::query_scalar(
-        "SELECT idempotency_key FROM disbursements WHERE award_id = ?1 ORDER BY sequence DESC LIMIT ?2",
-    )
-    .bind(award_id)
-    .bind(limit)
-    .fetch_all(reader)
-    .await?;
-    let balance = match &row {
-        Some(r) => balance(r)?,
-        None => None,
-    };
-    Ok((balance, keys))
-}
-
-pub(super) async fn list_outbox(
-    reader: &SqlitePool,
-    filter: &OutboxFilter,
-) -> Result<Vec<EventRecord>, StoreError> {
-    let state = if filter.quarantined_only {
-        "o.quarantined_at IS NOT NULL"
-    } else {
-        "1"
-    };
-    let sql = format!(
-        "SELECT {EVENT_COLS} FROM outbox o WHERE o.published_at IS NULL AND {state} \
-           AND (?2 IS NULL OR o.award_id = ?2) \
-         ORDER BY o.created_at, o.sequence LIMIT ?1"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(filter.limit)
-        .bind(filter.award_id.as_deref())
-        .fetch_all(reader)
-        .await?;
-    rows.iter().map(event).collect()
 }
 
 pub(super) async fn redrive_outbox(

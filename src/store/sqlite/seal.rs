@@ -10,6 +10,7 @@
 
 use super::SqliteStore;
 use crate::error::StoreError;
+use crate::store::AuditStore;
 use crate::store::shared::IdRanges;
 use crate::store::{
     AuditPurge, AuditRecord, AuditSeal, HeldLock, RowCursor, RowSpan, SealHorizon, SealSpan, TimeRange,
@@ -34,12 +35,181 @@ pub(super) fn lock_sealing() -> Option<Box<dyn HeldLock>> {
     Some(Box::new(NoLock))
 }
 
-/// The highest id ever committed (AUTOINCREMENT's counter).
-pub(super) async fn seal_horizon(store: &SqliteStore) -> Result<SealHorizon, StoreError> {
-    let through: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'audit_log'")
-        .fetch_optional(&store.reader)
+#[async_trait]
+impl AuditStore for SqliteStore {
+    async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
+        Ok(lock_sealing())
+    }
+
+    /// The highest id ever committed (AUTOINCREMENT's counter).
+    async fn audit_seal_horizon(&self, _wait: std::time::Duration) -> Result<SealHorizon, StoreError> {
+        let through: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'audit_log'")
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(SealHorizon::Through(through.unwrap_or(0)))
+    }
+
+    /// Ids are unique here, so the cursor's time never matters.
+    async fn audit_rows(
+        &self,
+        after: RowCursor,
+        through_id: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail \
+             FROM audit_log WHERE id > ?1 AND id <= ?2 ORDER BY id LIMIT ?3",
+        )
+        .bind(after.id)
+        .bind(through_id)
+        .bind(limit)
+        .fetch_all(&self.reader)
         .await?;
-    Ok(SealHorizon::Through(through.unwrap_or(0)))
+        Ok(rows.iter().map(audit_record).collect::<Result<_, _>>()?)
+    }
+
+    async fn audit_rows_after(&self, after_id: i64, range: &TimeRange) -> Result<RowSpan, StoreError> {
+        let (from, to) = range.micros();
+        let row = sqlx::query(
+            "SELECT count(*), min(id), max(id) FROM audit_log WHERE id > ?1 AND at >= ?2 AND at < ?3",
+        )
+        .bind(after_id)
+        .bind(from)
+        .bind(to)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(RowSpan {
+            count: row.try_get(0)?,
+            first_id: row.try_get(1)?,
+            last_id: row.try_get(2)?,
+        })
+    }
+
+    async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= ?1 ORDER BY seq LIMIT ?2"
+        )))
+        .bind(from_seq)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows.iter().map(audit_seal).collect::<Result<_, _>>()?)
+    }
+
+    async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
+        )))
+        .fetch_optional(&self.reader)
+        .await?;
+        Ok(row.as_ref().map(audit_seal).transpose()?)
+    }
+
+    async fn audit_seal_span(&self, range: &TimeRange) -> Result<Option<SealSpan>, StoreError> {
+        let (from, to) = range.micros();
+        let row = sqlx::query(
+            "WITH s AS (SELECT min(seq) AS lo, max(seq) AS hi FROM audit_seals WHERE max_at >= ?1 AND min_at < ?2) \
+             SELECT s.lo, s.hi, (SELECT coalesce(sum(row_count), 0) FROM audit_seals WHERE seq BETWEEN s.lo AND s.hi) \
+             FROM s",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_one(&self.reader)
+        .await?;
+        let (lo, hi): (Option<i64>, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
+        Ok(lo.zip(hi).map(|(first_seq, last_seq)| SealSpan {
+            first_seq,
+            last_seq,
+            rows: row.try_get(2).unwrap_or(0),
+        }))
+    }
+
+    async fn insert_audit_seal(&self, seal: &AuditSeal) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let newest: Option<(i64, i64, String)> =
+            sqlx::query_as("SELECT seq, last_id, digest FROM audit_seals ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&mut *tx)
+                .await?;
+        let (seq, last_id, digest) =
+            newest.unwrap_or((0, 0, crate::store::shared::GENESIS_DIGEST.to_string()));
+        let present: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE id BETWEEN ?1 AND ?2")
+            .bind(seal.first_id)
+            .bind(seal.last_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if seal.seq != seq + 1
+            || seal.first_id != last_id + 1
+            || seal.prev_digest != digest
+            || present != seal.row_count
+        {
+            return Ok(false);
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        )))
+        .bind(seal.seq)
+        .bind(seal.first_id)
+        .bind(seal.last_id)
+        .bind(seal.row_count)
+        .bind(&seal.absent_ids)
+        .bind(to_micros(seal.min_at))
+        .bind(to_micros(seal.max_at))
+        .bind(to_micros(seal.sealed_at))
+        .bind(&seal.sealed_by)
+        .bind(&seal.prev_digest)
+        .bind(&seal.digest)
+        .bind(&seal.row_tags)
+        .bind(&seal.signature)
+        .bind(&seal.key_id)
+        .execute(&mut *tx)
+        .await?;
+        let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
+        sqlx::query(
+            "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(event_id.to_string())
+        .bind(crate::store::shared::AUDIT_SEALED_EVENT)
+        .bind(crate::store::shared::AUDIT_EVENT_AWARD)
+        .bind(seal.seq)
+        .bind(body)
+        .bind(to_micros(seal.sealed_at))
+        .bind(crate::store::slots::award_hash(
+            crate::store::shared::AUDIT_EVENT_AWARD,
+        ))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.outbox_written.notify_one();
+        Ok(true)
+    }
+
+    async fn audit_purges(&self, seqs: Option<(i64, i64)>) -> Result<Vec<AuditPurge>, StoreError> {
+        let (lo, hi) = seqs.unzip();
+        let rows = sqlx::query(
+            "SELECT purged_at, cutoff, method, seal_seq, seal_digest, row_count, ids FROM audit_purges \
+             WHERE CASE WHEN ?1 IS NULL THEN seal_seq IS NULL ELSE seal_seq BETWEEN ?1 AND ?2 END ORDER BY id",
+        )
+        .bind(lo)
+        .bind(hi)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditPurge {
+                    purged_at: from_micros(r.try_get("purged_at")?),
+                    cutoff: from_micros(r.try_get("cutoff")?),
+                    method: r.try_get("method")?,
+                    seal_seq: r.try_get("seal_seq")?,
+                    seal_digest: r.try_get("seal_digest")?,
+                    row_count: r.try_get("row_count")?,
+                    ids: r.try_get("ids")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError::from)
+    }
 }
 
 fn audit_record(r: &SqliteRow) -> Result<AuditRecord, sqlx::Error> {
@@ -53,46 +223,6 @@ fn audit_record(r: &SqliteRow) -> Result<AuditRecord, sqlx::Error> {
         instance: r.try_get("instance")?,
         payload_changed: r.try_get::<i64, _>("payload_changed")? != 0,
         detail: r.try_get("detail")?,
-    })
-}
-
-/// Ids are unique here, so the cursor's time never matters.
-pub(super) async fn audit_rows(
-    store: &SqliteStore,
-    after: RowCursor,
-    through_id: i64,
-    limit: i64,
-) -> Result<Vec<AuditRecord>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail \
-         FROM audit_log WHERE id > ?1 AND id <= ?2 ORDER BY id LIMIT ?3",
-    )
-    .bind(after.id)
-    .bind(through_id)
-    .bind(limit)
-    .fetch_all(&store.reader)
-    .await?;
-    Ok(rows.iter().map(audit_record).collect::<Result<_, _>>()?)
-}
-
-pub(super) async fn audit_rows_after(
-    store: &SqliteStore,
-    after_id: i64,
-    range: &TimeRange,
-) -> Result<RowSpan, StoreError> {
-    let (from, to) = range.micros();
-    let row = sqlx::query(
-        "SELECT count(*), min(id), max(id) FROM audit_log WHERE id > ?1 AND at >= ?2 AND at < ?3",
-    )
-    .bind(after_id)
-    .bind(from)
-    .bind(to)
-    .fetch_one(&store.reader)
-    .await?;
-    Ok(RowSpan {
-        count: row.try_get(0)?,
-        first_id: row.try_get(1)?,
-        last_id: row.try_get(2)?,
     })
 }
 
@@ -116,140 +246,6 @@ fn audit_seal(r: &SqliteRow) -> Result<AuditSeal, sqlx::Error> {
         signature: r.try_get("signature")?,
         key_id: r.try_get("key_id")?,
     })
-}
-
-pub(super) async fn audit_seals(
-    store: &SqliteStore,
-    from_seq: i64,
-    limit: i64,
-) -> Result<Vec<AuditSeal>, StoreError> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= ?1 ORDER BY seq LIMIT ?2"
-    )))
-    .bind(from_seq)
-    .bind(limit)
-    .fetch_all(&store.reader)
-    .await?;
-    Ok(rows.iter().map(audit_seal).collect::<Result<_, _>>()?)
-}
-
-pub(super) async fn last_audit_seal(store: &SqliteStore) -> Result<Option<AuditSeal>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
-    )))
-    .fetch_optional(&store.reader)
-    .await?;
-    Ok(row.as_ref().map(audit_seal).transpose()?)
-}
-
-pub(super) async fn audit_seal_span(
-    store: &SqliteStore,
-    range: &TimeRange,
-) -> Result<Option<SealSpan>, StoreError> {
-    let (from, to) = range.micros();
-    let row = sqlx::query(
-        "WITH s AS (SELECT min(seq) AS lo, max(seq) AS hi FROM audit_seals WHERE max_at >= ?1 AND min_at < ?2) \
-         SELECT s.lo, s.hi, (SELECT coalesce(sum(row_count), 0) FROM audit_seals WHERE seq BETWEEN s.lo AND s.hi) \
-         FROM s",
-    )
-    .bind(from)
-    .bind(to)
-    .fetch_one(&store.reader)
-    .await?;
-    let (lo, hi): (Option<i64>, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
-    Ok(lo.zip(hi).map(|(first_seq, last_seq)| SealSpan {
-        first_seq,
-        last_seq,
-        rows: row.try_get(2).unwrap_or(0),
-    }))
-}
-
-pub(super) async fn insert_audit_seal(store: &SqliteStore, seal: &AuditSeal) -> Result<bool, StoreError> {
-    let mut tx = store.begin().await?;
-    let newest: Option<(i64, i64, String)> =
-        sqlx::query_as("SELECT seq, last_id, digest FROM audit_seals ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(&mut *tx)
-            .await?;
-    let (seq, last_id, digest) = newest.unwrap_or((0, 0, crate::store::shared::GENESIS_DIGEST.to_string()));
-    let present: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE id BETWEEN ?1 AND ?2")
-        .bind(seal.first_id)
-        .bind(seal.last_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    if seal.seq != seq + 1
-        || seal.first_id != last_id + 1
-        || seal.prev_digest != digest
-        || present != seal.row_count
-    {
-        return Ok(false);
-    }
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-    )))
-    .bind(seal.seq)
-    .bind(seal.first_id)
-    .bind(seal.last_id)
-    .bind(seal.row_count)
-    .bind(&seal.absent_ids)
-    .bind(to_micros(seal.min_at))
-    .bind(to_micros(seal.max_at))
-    .bind(to_micros(seal.sealed_at))
-    .bind(&seal.sealed_by)
-    .bind(&seal.prev_digest)
-    .bind(&seal.digest)
-    .bind(&seal.row_tags)
-    .bind(&seal.signature)
-    .bind(&seal.key_id)
-    .execute(&mut *tx)
-    .await?;
-    let (event_id, body) = crate::store::shared::audit_sealed_event(seal);
-    sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, award_id, sequence, payload, created_at, award_hash) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .bind(event_id.to_string())
-    .bind(crate::store::shared::AUDIT_SEALED_EVENT)
-    .bind(crate::store::shared::AUDIT_EVENT_AWARD)
-    .bind(seal.seq)
-    .bind(body)
-    .bind(to_micros(seal.sealed_at))
-    .bind(crate::store::slots::award_hash(
-        crate::store::shared::AUDIT_EVENT_AWARD,
-    ))
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    store.outbox_written.notify_one();
-    Ok(true)
-}
-
-pub(super) async fn audit_purges(
-    store: &SqliteStore,
-    seqs: Option<(i64, i64)>,
-) -> Result<Vec<AuditPurge>, StoreError> {
-    let (lo, hi) = seqs.unzip();
-    let rows = sqlx::query(
-        "SELECT purged_at, cutoff, method, seal_seq, seal_digest, row_count, ids FROM audit_purges \
-         WHERE CASE WHEN ?1 IS NULL THEN seal_seq IS NULL ELSE seal_seq BETWEEN ?1 AND ?2 END ORDER BY id",
-    )
-    .bind(lo)
-    .bind(hi)
-    .fetch_all(&store.reader)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(AuditPurge {
-                purged_at: from_micros(r.try_get("purged_at")?),
-                cutoff: from_micros(r.try_get("cutoff")?),
-                method: r.try_get("method")?,
-                seal_seq: r.try_get("seal_seq")?,
-                seal_digest: r.try_get("seal_digest")?,
-                row_count: r.try_get("row_count")?,
-                ids: r.try_get("ids")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(StoreError::from)
 }
 
 /// One purge batch of audit rows, in its own write transaction: up to
