@@ -9,6 +9,7 @@ pub mod effect;
 
 pub mod ops;
 pub mod postgres;
+mod rows;
 pub mod shared;
 pub mod slots;
 pub mod sqlite;
@@ -369,10 +370,11 @@ impl Backend {
 
 /// One audit row as stored: what a seal covers, verification checks and an
 /// export carries. Values are read verbatim (a changed row must show).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AuditRecord {
     pub id: i64,
     /// Microsecond precision, UTC.
+    #[serde(serialize_with = "crate::time_fmt::serde_rfc3339::serialize")]
     pub at: OffsetDateTime,
     pub decision: String,
     pub tier: Option<String>,

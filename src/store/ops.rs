@@ -2,7 +2,7 @@
 //! them: what `reconcile` compares (`crate::reconcile` does the comparing),
 //! what `inspect` and `outbox list` show, and what a redrive changes.
 
-use super::{AuditDecision, AuditEntry};
+use super::{AuditDecision, AuditEntry, AuditRecord};
 use crate::time_fmt::serde_rfc3339;
 use serde::Serialize;
 use std::sync::Arc;
@@ -188,21 +188,6 @@ pub struct ReconcileStart {
 /// session advisory lock on a connection of its own, released when this is
 /// dropped).
 pub struct RunLock(pub Box<dyn Send>);
-
-/// One audit row, as read back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AuditRecord {
-    pub id: i64,
-    #[serde(serialize_with = "serde_rfc3339::serialize")]
-    pub at: OffsetDateTime,
-    pub decision: String,
-    pub tier: Option<String>,
-    pub key_prefix: String,
-    pub award_id: String,
-    pub instance: String,
-    pub payload_changed: bool,
-    pub detail: Option<String>,
-}
 
 /// Everything the store holds about one key. Audit rows hold only the key's
 /// first 12 characters, so `audit` is every row with that prefix, in time

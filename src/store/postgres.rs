@@ -14,6 +14,7 @@ mod tx;
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
+use crate::store::rows::stored_result;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 use std::collections::HashMap;
@@ -259,20 +260,6 @@ impl PostgresStore {
     }
 }
 
-fn stored_from_row(row: &sqlx::postgres::PgRow) -> Result<StoredResult, sqlx::Error> {
-    Ok(StoredResult {
-        key: row.try_get("idempotency_key")?,
-        fingerprint: row.try_get("fingerprint")?,
-        disbursement: Disbursement {
-            id: row.try_get("id")?,
-            award_id: row.try_get("award_id")?,
-            amount_cents: row.try_get("amount_cents")?,
-            recorded_at: row.try_get("recorded_at")?,
-            sequence: row.try_get("sequence")?,
-        },
-    })
-}
-
 const SELECT_STORED_ANY: &str = "SELECT idempotency_key, fingerprint, id, award_id, amount_cents, \
      recorded_at, sequence FROM disbursements WHERE idempotency_key = ANY($1)";
 const SELECT_STORED_ONE: &str = "SELECT idempotency_key, fingerprint, id, award_id, amount_cents, \
@@ -288,7 +275,7 @@ async fn load_stored(
         .fetch_all(&mut **tx)
         .await?;
     rows.iter()
-        .map(|r| stored_from_row(r).map(|s| (s.key.clone(), s)))
+        .map(|r| stored_result(r).map(|s| (s.key.clone(), s)))
         .collect::<Result<_, _>>()
         .map_err(StoreError::from)
 }
@@ -351,7 +338,7 @@ impl ClaimStore for PostgresStore {
             .fetch_optional(&mut *session)
             .await?;
         session.finish().await?;
-        Ok(row.as_ref().map(stored_from_row).transpose()?)
+        Ok(row.as_ref().map(stored_result).transpose()?)
     }
 
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError> {

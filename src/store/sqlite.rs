@@ -20,9 +20,10 @@ use super::shared::{LEDGER_SUMMARY_SQL, event_json, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
 use crate::key::key_prefix;
-use crate::time_fmt::{from_micros, to_micros};
+use crate::store::rows::stored_result;
+use crate::time_fmt::to_micros;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqlitePool, Transaction};
 use tokio::sync::Notify;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -66,21 +67,6 @@ impl SqliteStore {
 const SELECT_STORED: &str = "SELECT idempotency_key, fingerprint, id, award_id, amount_cents, \
      recorded_at, sequence FROM disbursements WHERE idempotency_key = ?";
 
-fn stored_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<StoredResult, StoreError> {
-    let id: String = row.try_get("id")?;
-    Ok(StoredResult {
-        key: row.try_get("idempotency_key")?,
-        fingerprint: row.try_get("fingerprint")?,
-        disbursement: Disbursement {
-            id: Uuid::parse_str(&id).map_err(|e| StoreError::Other(format!("bad uuid {id}: {e}")))?,
-            award_id: row.try_get("award_id")?,
-            amount_cents: row.try_get("amount_cents")?,
-            recorded_at: from_micros(row.try_get("recorded_at")?),
-            sequence: row.try_get("sequence")?,
-        },
-    })
-}
-
 async fn load_stored(
     tx: &mut Transaction<'_, Sqlite>,
     key: &str,
@@ -89,7 +75,7 @@ async fn load_stored(
         .bind(key)
         .fetch_optional(&mut **tx)
         .await?;
-    row.as_ref().map(stored_from_row).transpose()
+    Ok(row.as_ref().map(stored_result).transpose()?)
 }
 
 /// The side effects of one claimed item: total, ledger row, outbox event,
@@ -338,7 +324,7 @@ impl ClaimStore for SqliteStore {
             .bind(key)
             .fetch_optional(&self.reader)
             .await?;
-        row.as_ref().map(stored_from_row).transpose()
+        Ok(row.as_ref().map(stored_result).transpose()?)
     }
 
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError> {

@@ -10,12 +10,12 @@ use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::EffectStore;
 use crate::store::effect::{
-    BeginOutcome, COMPLETED, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
+    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
     REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
 };
+use crate::store::rows::completed_effect;
 use crate::store::{AuditDecision, Tier};
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -151,7 +151,7 @@ impl EffectStore for PostgresStore {
             },
             state,
             attempt: row.try_get("attempt")?,
-            completed: completed_from_row(&row)?,
+            completed: completed_effect(&row)?,
             updated_at: row.try_get("updated_at")?,
         }))
     }
@@ -184,27 +184,13 @@ async fn existing(tx: &mut Transaction<'_, Postgres>, b: &EffectBegin) -> Result
         .await?;
         return Ok(BeginOutcome::Mismatch);
     }
-    if let Some(done) = completed_from_row(&row)? {
+    if let Some(done) = completed_effect(&row)? {
         return Ok(BeginOutcome::Completed(done));
     }
     let expires_in: Option<f64> = row.try_get("expires_in")?;
     Ok(BeginOutcome::Held {
         expires_in: Duration::from_secs_f64(expires_in.unwrap_or(0.0).max(0.0)),
     })
-}
-
-fn completed_from_row(row: &PgRow) -> Result<Option<CompletedEffect>, sqlx::Error> {
-    if row.try_get::<String, _>("state")? != COMPLETED {
-        return Ok(None);
-    }
-    Ok(Some(CompletedEffect {
-        namespace: row.try_get("namespace")?,
-        key: row.try_get("idempotency_key")?,
-        fingerprint: row.try_get("fingerprint")?,
-        response: row.try_get("response")?,
-        completed_at: row.try_get("completed_at")?,
-        attempt: row.try_get("attempt")?,
-    }))
 }
 
 /// Under the guard the completion is confirmed on a synchronous standby
@@ -228,7 +214,7 @@ pub(super) async fn complete(
     .persistent(named())
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(done) = done.as_ref().map(completed_from_row).transpose()?.flatten() else {
+    let Some(done) = done.as_ref().map(completed_effect).transpose()?.flatten() else {
         let outcome = repeat_or_lost(&mut tx, f, response).await?;
         txs.commit(tx).await?;
         return Ok(outcome);
@@ -273,7 +259,7 @@ async fn repeat_or_lost(
     if row.try_get::<String, _>("lease_token")? != f.token {
         return Ok(FencedOutcome::LeaseLost);
     }
-    match completed_from_row(&row)? {
+    match completed_effect(&row)? {
         Some(done) if done.response == response => Ok(FencedOutcome::Done(done)),
         Some(_) => Ok(FencedOutcome::Conflict),
         // Released under this token: the lease is gone.

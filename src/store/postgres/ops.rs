@@ -7,8 +7,10 @@ use crate::error::StoreError;
 use crate::store::AuditEntry;
 use crate::store::OpsStore;
 use crate::store::ops::*;
+use crate::store::rows::{
+    AUDIT_COLS, CLAIM_COLS, LEDGER_COLS, audit_record, award_totals, balance, claim, event_record, ledger,
+};
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -17,89 +19,10 @@ use uuid::Uuid;
 /// ("oncegaterecn" would not fit; "ogrecncl").
 const RECONCILE_LOCK: i64 = 0x6f67_7265_636e_636c;
 
-const LEDGER_COLS: &str = "d.id AS d_id, d.idempotency_key AS d_key, d.award_id AS d_award_id, \
-     d.amount_cents AS d_amount_cents, d.sequence AS d_sequence, d.submission_timestamp AS d_ts, \
-     d.payload_digest AS d_digest, d.fingerprint AS d_fingerprint, d.recorded_at AS d_recorded_at";
-const CLAIM_COLS: &str = "c.idempotency_key AS c_key, c.award_id AS c_award_id, c.fingerprint AS c_fingerprint, \
-     c.disbursement_id AS c_disbursement_id, c.claimed_at AS c_claimed_at";
 const EVENT_COLS: &str = "o.event_id AS o_event_id, o.event_type AS o_event_type, o.award_id AS o_award_id, \
      o.sequence AS o_sequence, o.payload::text AS o_payload, o.created_at AS o_created_at, \
      o.published_at AS o_published_at, o.attempts AS o_attempts, o.leased_until AS o_leased_until, \
      o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
-const AUDIT_COLS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
-
-fn ledger(r: &PgRow) -> Result<Option<LedgerRow>, sqlx::Error> {
-    let Some(id) = r.try_get::<Option<Uuid>, _>("d_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(LedgerRow {
-        id,
-        idempotency_key: r.try_get("d_key")?,
-        award_id: r.try_get("d_award_id")?,
-        amount_cents: r.try_get("d_amount_cents")?,
-        sequence: r.try_get("d_sequence")?,
-        submission_timestamp: r.try_get("d_ts")?,
-        payload_digest: r.try_get("d_digest")?,
-        fingerprint: r.try_get("d_fingerprint")?,
-        recorded_at: r.try_get("d_recorded_at")?,
-    }))
-}
-
-fn claim(r: &PgRow) -> Result<Option<ClaimRow>, sqlx::Error> {
-    let Some(key) = r.try_get::<Option<String>, _>("c_key")? else {
-        return Ok(None);
-    };
-    Ok(Some(ClaimRow {
-        idempotency_key: key,
-        award_id: r.try_get("c_award_id")?,
-        fingerprint: r.try_get("c_fingerprint")?,
-        disbursement_id: r.try_get("c_disbursement_id")?,
-        claimed_at: r.try_get("c_claimed_at")?,
-    }))
-}
-
-fn event(r: &PgRow) -> Result<EventRecord, sqlx::Error> {
-    Ok(EventRecord {
-        event_id: r.try_get("o_event_id")?,
-        event_type: r.try_get("o_event_type")?,
-        award_id: r.try_get("o_award_id")?,
-        sequence: r.try_get("o_sequence")?,
-        payload: r.try_get("o_payload")?,
-        created_at: r.try_get("o_created_at")?,
-        published_at: r.try_get("o_published_at")?,
-        attempts: r.try_get("o_attempts")?,
-        leased_until: r.try_get("o_leased_until")?,
-        last_error: r.try_get("o_last_error")?,
-        quarantined_at: r.try_get("o_quarantined_at")?,
-    })
-}
-
-fn balance(r: &PgRow) -> Result<Option<Balance>, sqlx::Error> {
-    let Some(award_id) = r.try_get::<Option<String>, _>("b_award_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(Balance {
-        award_id,
-        total_cents: r.try_get("total_cents")?,
-        disbursement_count: r.try_get("disbursement_count")?,
-        last_sequence: r.try_get("last_sequence")?,
-        updated_at: r.try_get("updated_at")?,
-    }))
-}
-
-fn audit(r: &PgRow) -> Result<AuditRecord, sqlx::Error> {
-    Ok(AuditRecord {
-        id: r.try_get("id")?,
-        at: r.try_get("at")?,
-        decision: r.try_get("decision")?,
-        tier: r.try_get("tier")?,
-        key_prefix: r.try_get("key_prefix")?,
-        award_id: r.try_get("award_id")?,
-        instance: r.try_get("instance")?,
-        payload_changed: r.try_get("payload_changed")?,
-        detail: r.try_get("detail")?,
-    })
-}
 
 #[async_trait]
 impl OpsStore for PostgresStore {
@@ -196,7 +119,7 @@ impl OpsStore for PostgresStore {
             .iter()
             .map(|r| {
                 Ok(EventPair {
-                    event: event(r)?,
+                    event: event_record(r)?,
                     ledger: ledger(r)?,
                 })
             })
@@ -239,7 +162,7 @@ impl OpsStore for PostgresStore {
             .bind(until)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(award_totals).collect()
+        Ok(rows.iter().map(award_totals).collect::<Result<_, _>>()?)
     }
 
     async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {
@@ -302,7 +225,7 @@ impl OpsStore for PostgresStore {
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(event)
+            .map(event_record)
             .collect::<Result<_, _>>()?,
             None => Vec::new(),
         };
@@ -313,7 +236,7 @@ impl OpsStore for PostgresStore {
         .fetch_all(&mut *tx)
         .await?
         .iter()
-        .map(audit)
+        .map(audit_record)
         .collect::<Result<_, _>>()?;
         tx.commit().await?;
         Ok(KeyInspection {
@@ -371,7 +294,7 @@ impl OpsStore for PostgresStore {
             .bind(filter.award_id.as_deref())
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows.iter().map(event).collect::<Result<_, _>>()?)
+        Ok(rows.iter().map(event_record).collect::<Result<_, _>>()?)
     }
 
     async fn redrive_outbox(
@@ -403,7 +326,7 @@ impl OpsStore for PostgresStore {
                 .await?
             }
         };
-        let events: Vec<EventRecord> = rows.iter().map(event).collect::<Result<_, _>>()?;
+        let events: Vec<EventRecord> = rows.iter().map(event_record).collect::<Result<_, _>>()?;
         let outcomes = redrive_outcomes(target, events);
         let redriven: Vec<&EventRecord> = outcomes
             .iter()
@@ -436,27 +359,6 @@ impl OpsStore for PostgresStore {
         tx.commit().await?;
         Ok(outcomes)
     }
-}
-
-fn award_totals(r: &PgRow) -> Result<AwardTotals, StoreError> {
-    let sum: Option<String> = r.try_get("s")?;
-    let ledger = match sum {
-        Some(s) => Some(LedgerAggregate {
-            sum_cents: s
-                .parse()
-                .map_err(|e| StoreError::Other(format!("ledger sum {s:?} is not an integer: {e}")))?,
-            rows: r.try_get("n")?,
-            distinct_sequences: r.try_get("nd")?,
-            min_sequence: r.try_get("mn")?,
-            max_sequence: r.try_get("mx")?,
-        }),
-        None => None,
-    };
-    Ok(AwardTotals {
-        award_id: r.try_get("award")?,
-        balance: balance(r)?,
-        ledger,
-    })
 }
 
 /// The audit rows of a redrive, inside its transaction.

@@ -6,11 +6,11 @@
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::AuditStore;
+use crate::store::rows::{AUDIT_COLS, SEAL_COLS, audit_purge, audit_record, audit_seal};
 use crate::store::{
     AuditPurge, AuditRecord, AuditSeal, HeldLock, RowCursor, RowSpan, SealHorizon, SealSpan, TimeRange,
 };
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
 
@@ -93,7 +93,7 @@ impl AuditStore for PostgresStore {
         limit: i64,
     ) -> Result<Vec<AuditRecord>, StoreError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit_log \
+            "SELECT {AUDIT_COLS} FROM audit_log \
              WHERE id >= $1 AND id <= $3 AND (id > $1 OR at > $2) \
              ORDER BY id, at LIMIT $4"
         )))
@@ -125,7 +125,7 @@ impl AuditStore for PostgresStore {
 
     async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= $1 ORDER BY seq LIMIT $2"
+            "SELECT {SEAL_COLS} FROM audit_seals WHERE seq >= $1 ORDER BY seq LIMIT $2"
         )))
         .bind(from_seq)
         .bind(limit)
@@ -136,7 +136,7 @@ impl AuditStore for PostgresStore {
 
     async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
+            "SELECT {SEAL_COLS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
         )))
         .fetch_optional(&self.pool)
         .await?;
@@ -176,7 +176,7 @@ impl AuditStore for PostgresStore {
             return Ok(false);
         }
         let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+            "INSERT INTO audit_seals ({SEAL_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         )))
         .bind(seal.seq)
         .bind(seal.first_id)
@@ -234,56 +234,8 @@ impl AuditStore for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                Ok(AuditPurge {
-                    purged_at: r.try_get("purged_at")?,
-                    cutoff: r.try_get("cutoff")?,
-                    method: r.try_get("method")?,
-                    seal_seq: r.try_get("seal_seq")?,
-                    seal_digest: r.try_get("seal_digest")?,
-                    row_count: r.try_get("row_count")?,
-                    ids: r.try_get("ids")?,
-                })
-            })
+            .map(audit_purge)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(StoreError::from)
     }
-}
-
-const AUDIT_COLUMNS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
-
-fn audit_record(r: &PgRow) -> Result<AuditRecord, sqlx::Error> {
-    Ok(AuditRecord {
-        id: r.try_get("id")?,
-        at: r.try_get("at")?,
-        decision: r.try_get("decision")?,
-        tier: r.try_get("tier")?,
-        key_prefix: r.try_get("key_prefix")?,
-        award_id: r.try_get("award_id")?,
-        instance: r.try_get("instance")?,
-        payload_changed: r.try_get("payload_changed")?,
-        detail: r.try_get("detail")?,
-    })
-}
-
-const SEAL_COLUMNS: &str = "seq, first_id, last_id, row_count, absent_ids, min_at, max_at, sealed_at, \
-     sealed_by, prev_digest, digest, row_tags, signature, key_id";
-
-fn audit_seal(r: &PgRow) -> Result<AuditSeal, sqlx::Error> {
-    Ok(AuditSeal {
-        seq: r.try_get("seq")?,
-        first_id: r.try_get("first_id")?,
-        last_id: r.try_get("last_id")?,
-        row_count: r.try_get("row_count")?,
-        absent_ids: r.try_get("absent_ids")?,
-        min_at: r.try_get("min_at")?,
-        max_at: r.try_get("max_at")?,
-        sealed_at: r.try_get("sealed_at")?,
-        sealed_by: r.try_get("sealed_by")?,
-        prev_digest: r.try_get("prev_digest")?,
-        digest: r.try_get("digest")?,
-        row_tags: r.try_get("row_tags")?,
-        signature: r.try_get("signature")?,
-        key_id: r.try_get("key_id")?,
-    })
 }

@@ -11,6 +11,7 @@
 use super::{OUTBOX_CHANNEL, PostgresStore};
 use crate::error::StoreError;
 use crate::store::OutboxEvent;
+use crate::store::rows::outbox_event;
 use crate::store::slots::{MemberRow, RelayMember, RelayView, SlotLease, SlotRow, SlotTable};
 use crate::store::{OutboxStats, RelayStore};
 use async_trait::async_trait;
@@ -162,17 +163,7 @@ impl RelayStore for PostgresStore {
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
-            .map(|r| {
-                Ok(OutboxEvent {
-                    event_id: r.try_get("event_id")?,
-                    event_type: r.try_get("event_type")?,
-                    award_id: r.try_get("award_id")?,
-                    sequence: r.try_get("sequence")?,
-                    payload: r.try_get("payload")?,
-                    attempts: r.try_get("attempts")?,
-                    traceparent: r.try_get("traceparent")?,
-                })
-            })
+            .map(outbox_event)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
     }

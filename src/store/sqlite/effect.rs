@@ -8,13 +8,13 @@ use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::EffectStore;
 use crate::store::effect::{
-    BeginOutcome, COMPLETED, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
+    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
     REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
 };
+use crate::store::rows::completed_effect;
 use crate::store::{AuditDecision, Tier};
 use crate::time_fmt::{from_micros, now_micros, to_micros};
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 use std::time::Duration;
 use uuid::Uuid;
@@ -89,7 +89,7 @@ impl SqliteStore {
         .bind(now)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(done) = done.as_ref().map(completed_from_row).transpose()?.flatten() else {
+        let Some(done) = done.as_ref().map(completed_effect).transpose()?.flatten() else {
             let outcome = repeat_or_lost(&mut tx, f, response).await?;
             tx.commit().await?;
             return Ok(outcome);
@@ -173,7 +173,7 @@ impl SqliteStore {
             lease_expires_at: expires.filter(|_| state == IN_PROGRESS).map(from_micros),
             state,
             attempt: row.try_get("attempt")?,
-            completed: completed_from_row(&row)?,
+            completed: completed_effect(&row)?,
             updated_at: from_micros(row.try_get("updated_at")?),
         }))
     }
@@ -204,7 +204,7 @@ async fn existing(
         audit.detail(Some(REQUEST_MISMATCH)).insert(tx).await?;
         return Ok(BeginOutcome::Mismatch);
     }
-    if let Some(done) = completed_from_row(&row)? {
+    if let Some(done) = completed_effect(&row)? {
         return Ok(BeginOutcome::Completed(done));
     }
     let expires: Option<i64> = row.try_get("lease_expires_at")?;
@@ -212,20 +212,6 @@ async fn existing(
     Ok(BeginOutcome::Held {
         expires_in: Duration::from_micros(left as u64),
     })
-}
-
-fn completed_from_row(row: &SqliteRow) -> Result<Option<CompletedEffect>, sqlx::Error> {
-    if row.try_get::<String, _>("state")? != COMPLETED {
-        return Ok(None);
-    }
-    Ok(Some(CompletedEffect {
-        namespace: row.try_get("namespace")?,
-        key: row.try_get("idempotency_key")?,
-        fingerprint: row.try_get("fingerprint")?,
-        response: row.try_get("response")?,
-        completed_at: from_micros(row.try_get("completed_at")?),
-        attempt: row.try_get("attempt")?,
-    }))
 }
 
 /// A `Complete` whose fenced update changed nothing: the same call again
@@ -246,7 +232,7 @@ async fn repeat_or_lost(
     if row.try_get::<String, _>("lease_token")? != f.token {
         return Ok(FencedOutcome::LeaseLost);
     }
-    match completed_from_row(&row)? {
+    match completed_effect(&row)? {
         Some(done) if done.response == response => Ok(FencedOutcome::Done(done)),
         Some(_) => Ok(FencedOutcome::Conflict),
         None => Ok(FencedOutcome::LeaseLost),

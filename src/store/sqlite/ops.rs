@@ -8,110 +8,25 @@ use crate::error::StoreError;
 use crate::store::AuditEntry;
 use crate::store::OpsStore;
 use crate::store::ops::*;
+use crate::store::rows::{
+    AUDIT_COLS, CLAIM_COLS, LEDGER_COLS, audit_record, award_totals, balance, claim, event_record, ledger,
+};
 use crate::time_fmt::{from_micros, to_micros};
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-const LEDGER_COLS: &str = "d.id AS d_id, d.idempotency_key AS d_key, d.award_id AS d_award_id, \
-     d.amount_cents AS d_amount_cents, d.sequence AS d_sequence, d.submission_timestamp AS d_ts, \
-     d.payload_digest AS d_digest, d.fingerprint AS d_fingerprint, d.recorded_at AS d_recorded_at";
-const CLAIM_COLS: &str = "c.idempotency_key AS c_key, c.award_id AS c_award_id, c.fingerprint AS c_fingerprint, \
-     c.disbursement_id AS c_disbursement_id, c.claimed_at AS c_claimed_at";
 const EVENT_COLS: &str = "o.event_id AS o_event_id, o.event_type AS o_event_type, o.award_id AS o_award_id, \
      o.sequence AS o_sequence, o.payload AS o_payload, o.created_at AS o_created_at, \
      o.published_at AS o_published_at, o.attempts AS o_attempts, o.leased_until AS o_leased_until, \
      o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
-const AUDIT_COLS: &str = "id, at, decision, tier, key_prefix, award_id, instance, payload_changed, detail";
 
 /// The first row of award `?1` whose sequence is not its position.
 const FIRST_GAP_SQL: &str = "SELECT expected, sequence, idempotency_key FROM ( \
        SELECT sequence, idempotency_key, row_number() OVER (ORDER BY sequence, idempotency_key) AS expected \
        FROM disbursements WHERE award_id = ?1) s \
      WHERE sequence <> expected ORDER BY expected LIMIT 1";
-
-fn uuid(text: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(text).map_err(|e| StoreError::Other(format!("bad uuid {text:?} in the store: {e}")))
-}
-
-fn time_opt(r: &SqliteRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
-    Ok(r.try_get::<Option<i64>, _>(column)?.map(from_micros))
-}
-
-fn ledger(r: &SqliteRow) -> Result<Option<LedgerRow>, StoreError> {
-    let Some(id) = r.try_get::<Option<String>, _>("d_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(LedgerRow {
-        id: uuid(&id)?,
-        idempotency_key: r.try_get("d_key")?,
-        award_id: r.try_get("d_award_id")?,
-        amount_cents: r.try_get("d_amount_cents")?,
-        sequence: r.try_get("d_sequence")?,
-        submission_timestamp: r.try_get("d_ts")?,
-        payload_digest: r.try_get("d_digest")?,
-        fingerprint: r.try_get("d_fingerprint")?,
-        recorded_at: from_micros(r.try_get("d_recorded_at")?),
-    }))
-}
-
-fn claim(r: &SqliteRow) -> Result<Option<ClaimRow>, StoreError> {
-    let Some(key) = r.try_get::<Option<String>, _>("c_key")? else {
-        return Ok(None);
-    };
-    Ok(Some(ClaimRow {
-        idempotency_key: key,
-        award_id: r.try_get("c_award_id")?,
-        fingerprint: r.try_get("c_fingerprint")?,
-        disbursement_id: uuid(&r.try_get::<String, _>("c_disbursement_id")?)?,
-        claimed_at: from_micros(r.try_get("c_claimed_at")?),
-    }))
-}
-
-fn event(r: &SqliteRow) -> Result<EventRecord, StoreError> {
-    Ok(EventRecord {
-        event_id: uuid(&r.try_get::<String, _>("o_event_id")?)?,
-        event_type: r.try_get("o_event_type")?,
-        award_id: r.try_get("o_award_id")?,
-        sequence: r.try_get("o_sequence")?,
-        payload: r.try_get("o_payload")?,
-        created_at: from_micros(r.try_get("o_created_at")?),
-        published_at: time_opt(r, "o_published_at")?,
-        attempts: r.try_get("o_attempts")?,
-        leased_until: time_opt(r, "o_leased_until")?,
-        last_error: r.try_get("o_last_error")?,
-        quarantined_at: time_opt(r, "o_quarantined_at")?,
-    })
-}
-
-fn balance(r: &SqliteRow) -> Result<Option<Balance>, StoreError> {
-    let Some(award_id) = r.try_get::<Option<String>, _>("b_award_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(Balance {
-        award_id,
-        total_cents: r.try_get("total_cents")?,
-        disbursement_count: r.try_get("disbursement_count")?,
-        last_sequence: r.try_get("last_sequence")?,
-        updated_at: from_micros(r.try_get("updated_at")?),
-    }))
-}
-
-fn audit(r: &SqliteRow) -> Result<AuditRecord, StoreError> {
-    Ok(AuditRecord {
-        id: r.try_get("id")?,
-        at: from_micros(r.try_get("at")?),
-        decision: r.try_get("decision")?,
-        tier: r.try_get("tier")?,
-        key_prefix: r.try_get("key_prefix")?,
-        award_id: r.try_get("award_id")?,
-        instance: r.try_get("instance")?,
-        payload_changed: r.try_get("payload_changed")?,
-        detail: r.try_get("detail")?,
-    })
-}
 
 #[async_trait]
 impl OpsStore for SqliteStore {
@@ -205,7 +120,7 @@ impl OpsStore for SqliteStore {
         rows.iter()
             .map(|r| {
                 Ok(EventPair {
-                    event: event(r)?,
+                    event: event_record(r)?,
                     ledger: ledger(r)?,
                 })
             })
@@ -249,7 +164,7 @@ impl OpsStore for SqliteStore {
             .bind(until)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter().map(award_totals).collect()
+        Ok(rows.iter().map(award_totals).collect::<Result<_, _>>()?)
     }
 
     async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {
@@ -283,7 +198,10 @@ impl OpsStore for SqliteStore {
             let event_ids = ids
                 .iter()
                 .flat_map(|s| s.split(','))
-                .map(uuid)
+                .map(|id| {
+                    Uuid::parse_str(id)
+                        .map_err(|e| StoreError::Other(format!("bad uuid {id:?} in the store: {e}")))
+                })
                 .collect::<Result<_, _>>()?;
             found.push(LedgerMatch {
                 ledger: row,
@@ -315,7 +233,7 @@ impl OpsStore for SqliteStore {
             .bind(d.sequence)
             .fetch_all(&mut *tx)
             .await?;
-            events = rows.iter().map(event).collect::<Result<_, _>>()?;
+            events = rows.iter().map(event_record).collect::<Result<_, _>>()?;
         }
         let audit_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {AUDIT_COLS} FROM audit_log WHERE key_prefix = ?1 ORDER BY at, id"
@@ -324,7 +242,7 @@ impl OpsStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await?
         .iter()
-        .map(audit)
+        .map(audit_record)
         .collect::<Result<_, _>>()?;
         tx.commit().await?;
         Ok(KeyInspection {
@@ -378,7 +296,7 @@ impl OpsStore for SqliteStore {
             .bind(filter.award_id.as_deref())
             .fetch_all(&self.reader)
             .await?;
-        rows.iter().map(event).collect()
+        Ok(rows.iter().map(event_record).collect::<Result<_, _>>()?)
     }
 
     async fn redrive_outbox(
@@ -393,27 +311,6 @@ impl OpsStore for SqliteStore {
         }
         Ok(outcomes)
     }
-}
-
-fn award_totals(r: &SqliteRow) -> Result<AwardTotals, StoreError> {
-    let sum: Option<String> = r.try_get("s")?;
-    let ledger = match sum {
-        Some(s) => Some(LedgerAggregate {
-            sum_cents: s
-                .parse()
-                .map_err(|e| StoreError::Other(format!("ledger sum {s:?} is not an integer: {e}")))?,
-            rows: r.try_get("n")?,
-            distinct_sequences: r.try_get("nd")?,
-            min_sequence: r.try_get("mn")?,
-            max_sequence: r.try_get("mx")?,
-        }),
-        None => None,
-    };
-    Ok(AwardTotals {
-        award_id: r.try_get("award")?,
-        balance: balance(r)?,
-        ledger,
-    })
 }
 
 pub(super) async fn redrive_outbox(
@@ -446,7 +343,7 @@ pub(super) async fn redrive_outbox(
             .await?
         }
     };
-    let events: Vec<EventRecord> = rows.iter().map(event).collect::<Result<_, _>>()?;
+    let events: Vec<EventRecord> = rows.iter().map(event_record).collect::<Result<_, _>>()?;
     let outcomes = redrive_outcomes(target, events);
     let at = crate::time_fmt::now_micros();
     let mut any = false;

@@ -11,13 +11,13 @@
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::AuditStore;
+use crate::store::rows::{SEAL_COLS, audit_purge, audit_record, audit_seal};
 use crate::store::shared::IdRanges;
 use crate::store::{
     AuditPurge, AuditRecord, AuditSeal, HeldLock, RowCursor, RowSpan, SealHorizon, SealSpan, TimeRange,
 };
-use crate::time_fmt::{from_micros, to_micros};
+use crate::time_fmt::to_micros;
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 
@@ -88,7 +88,7 @@ impl AuditStore for SqliteStore {
 
     async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SEAL_COLUMNS} FROM audit_seals WHERE seq >= ?1 ORDER BY seq LIMIT ?2"
+            "SELECT {SEAL_COLS} FROM audit_seals WHERE seq >= ?1 ORDER BY seq LIMIT ?2"
         )))
         .bind(from_seq)
         .bind(limit)
@@ -99,7 +99,7 @@ impl AuditStore for SqliteStore {
 
     async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SEAL_COLUMNS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
+            "SELECT {SEAL_COLS} FROM audit_seals ORDER BY seq DESC LIMIT 1"
         )))
         .fetch_optional(&self.reader)
         .await?;
@@ -146,7 +146,7 @@ impl AuditStore for SqliteStore {
             return Ok(false);
         }
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO audit_seals ({SEAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+            "INSERT INTO audit_seals ({SEAL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         )))
         .bind(seal.seq)
         .bind(seal.first_id)
@@ -196,56 +196,10 @@ impl AuditStore for SqliteStore {
         .fetch_all(&self.reader)
         .await?;
         rows.iter()
-            .map(|r| {
-                Ok(AuditPurge {
-                    purged_at: from_micros(r.try_get("purged_at")?),
-                    cutoff: from_micros(r.try_get("cutoff")?),
-                    method: r.try_get("method")?,
-                    seal_seq: r.try_get("seal_seq")?,
-                    seal_digest: r.try_get("seal_digest")?,
-                    row_count: r.try_get("row_count")?,
-                    ids: r.try_get("ids")?,
-                })
-            })
+            .map(audit_purge)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(StoreError::from)
     }
-}
-
-fn audit_record(r: &SqliteRow) -> Result<AuditRecord, sqlx::Error> {
-    Ok(AuditRecord {
-        id: r.try_get("id")?,
-        at: from_micros(r.try_get("at")?),
-        decision: r.try_get("decision")?,
-        tier: r.try_get("tier")?,
-        key_prefix: r.try_get("key_prefix")?,
-        award_id: r.try_get("award_id")?,
-        instance: r.try_get("instance")?,
-        payload_changed: r.try_get::<i64, _>("payload_changed")? != 0,
-        detail: r.try_get("detail")?,
-    })
-}
-
-const SEAL_COLUMNS: &str = "seq, first_id, last_id, row_count, absent_ids, min_at, max_at, sealed_at, \
-     sealed_by, prev_digest, digest, row_tags, signature, key_id";
-
-fn audit_seal(r: &SqliteRow) -> Result<AuditSeal, sqlx::Error> {
-    Ok(AuditSeal {
-        seq: r.try_get("seq")?,
-        first_id: r.try_get("first_id")?,
-        last_id: r.try_get("last_id")?,
-        row_count: r.try_get("row_count")?,
-        absent_ids: r.try_get("absent_ids")?,
-        min_at: from_micros(r.try_get("min_at")?),
-        max_at: from_micros(r.try_get("max_at")?),
-        sealed_at: from_micros(r.try_get("sealed_at")?),
-        sealed_by: r.try_get("sealed_by")?,
-        prev_digest: r.try_get("prev_digest")?,
-        digest: r.try_get("digest")?,
-        row_tags: r.try_get("row_tags")?,
-        signature: r.try_get("signature")?,
-        key_id: r.try_get("key_id")?,
-    })
 }
 
 /// One purge batch of audit rows, in its own write transaction: up to

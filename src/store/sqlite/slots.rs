@@ -6,6 +6,7 @@
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::OutboxEvent;
+use crate::store::rows::outbox_event;
 use crate::store::slots::{MemberRow, RelayMember, RelayView, SlotLease, SlotRow, SlotTable, award_hash};
 use crate::store::{OutboxStats, RelayStore};
 use crate::time_fmt::to_micros;
@@ -209,20 +210,7 @@ impl RelayStore for SqliteStore {
         .bind(now())
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.try_get("event_id")?;
-                Ok(OutboxEvent {
-                    event_id: Uuid::parse_str(&id).map_err(|e| StoreError::Other(e.to_string()))?,
-                    event_type: r.try_get("event_type")?,
-                    award_id: r.try_get("award_id")?,
-                    sequence: r.try_get("sequence")?,
-                    payload: r.try_get("payload")?,
-                    attempts: r.try_get("attempts")?,
-                    traceparent: r.try_get("traceparent")?,
-                })
-            })
-            .collect()
+        Ok(rows.iter().map(outbox_event).collect::<Result<_, _>>()?)
     }
 
     async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
