@@ -254,21 +254,7 @@ pub(super) fn check_event(p: &EventPair, t: &mut Tally) {
         );
         return;
     };
-    let mut diffs = match &body {
-        Some(b) => body_differences(b, d),
-        None => vec!["the body is not JSON".to_string()],
-    };
-    let body_id = body
-        .as_ref()
-        .and_then(|b| b.get("event_id"))
-        .and_then(Value::as_str);
-    if body_id != Some(e.event_id.to_string().as_str()) {
-        diffs.push(format!("event_id in the body ({})", body_id.unwrap_or("none")));
-    }
-    let body_type = body.as_ref().and_then(|b| b.get("type")).and_then(Value::as_str);
-    if body_type != Some(e.event_type.as_str()) {
-        diffs.push(format!("type in the body ({})", body_type.unwrap_or("none")));
-    }
+    let diffs = event_differences(e, body.as_ref(), d);
     if !diffs.is_empty() {
         let detail = format!("event differs from ledger row {}: {}", d.id, diffs.join("; "));
         t.mismatch(
@@ -282,6 +268,24 @@ pub(super) fn check_event(p: &EventPair, t: &mut Tally) {
             ),
         );
     }
+}
+
+/// How a ledger event's body (`None`: not JSON) differs from its ledger row
+/// and from the event's own id and type.
+fn event_differences(e: &EventRecord, body: Option<&Value>, d: &LedgerRow) -> Vec<String> {
+    let mut diffs = match body {
+        Some(b) => body_differences(b, d),
+        None => vec!["the body is not JSON".to_string()],
+    };
+    let body_id = body.and_then(|b| b.get("event_id")).and_then(Value::as_str);
+    if body_id != Some(e.event_id.to_string().as_str()) {
+        diffs.push(format!("event_id in the body ({})", body_id.unwrap_or("none")));
+    }
+    let body_type = body.and_then(|b| b.get("type")).and_then(Value::as_str);
+    if body_type != Some(e.event_type.as_str()) {
+        diffs.push(format!("type in the body ({})", body_type.unwrap_or("none")));
+    }
+    diffs
 }
 
 /// An award's running total row against its ledger rows.

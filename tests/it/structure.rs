@@ -1,7 +1,10 @@
-//! The layout's two rules, checked over the source text (no compiler
-//! plugin): no import cycle among the top-level modules of `src/`, nor among
-//! the files inside a module (a room such as `broker/kafka` included), and no
-//! function longer than [`MAX_FN_LINES`] except flat tables.
+//! The layout's rules, checked over the source text (no compiler plugin):
+//! no import cycle among the top-level modules of `src/`, nor among sibling
+//! modules at any depth (`store/postgres` and `store/sqlite`, a file and its
+//! folder as one), nor among the files inside a module (a room such as
+//! `broker/kafka` included); no function, whatever its visibility, longer
+//! than [`MAX_FN_LINES`] except flat tables; and no trait with more than
+//! [`MAX_TRAIT_METHODS`] methods.
 //!
 //! A module is a top-level file with its folder (`relay.rs` and `relay/*`
 //! are one module, `relay`); an edge `a → b` is any `crate::b` path in `a`'s
@@ -22,6 +25,10 @@ const MAX_FN_LINES: usize = 60;
 
 /// Functions allowed past the limit: flat tables, not logic.
 const FLAT_TABLES: &[&str] = &["src/metrics.rs:describe"];
+
+/// Most methods a trait may declare: a seam small enough to fake in a few
+/// lines (the store is split by capability for this).
+const MAX_TRAIT_METHODS: usize = 20;
 
 fn src_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("src/ is readable") {
@@ -330,23 +337,46 @@ fn src_modules_import_each_other_without_cycles() {
     );
 }
 
+/// What follows `fn ` when `line` starts a function, whatever its
+/// visibility (`pub`, `pub(crate)`, `pub(super)`, `pub(in …)`) and
+/// qualifiers (`const`, `async`, `unsafe`, `extern "C"`).
+fn fn_signature(line: &str) -> Option<&str> {
+    let mut t = line.trim_start();
+    if let Some(rest) = t.strip_prefix("pub") {
+        t = match rest.strip_prefix('(') {
+            Some(scope) => scope.split_once(')')?.1.trim_start(),
+            None if rest.starts_with(' ') => rest.trim_start(),
+            None => return None,
+        };
+    }
+    loop {
+        let before = t;
+        for qualifier in ["const ", "async ", "unsafe ", "default "] {
+            if let Some(rest) = t.strip_prefix(qualifier) {
+                t = rest.trim_start();
+            }
+        }
+        if let Some(rest) = t.strip_prefix("extern ") {
+            let rest = rest.trim_start();
+            t = match rest.strip_prefix('"') {
+                Some(abi) => abi.split_once('"')?.1.trim_start(),
+                None => rest,
+            };
+        }
+        if t == before {
+            break;
+        }
+    }
+    t.strip_prefix("fn ")
+}
+
 /// `(file:name, lines)` of every function, by brace matching from its `fn`.
 fn function_lengths() -> Vec<(String, usize)> {
     let mut found = Vec::new();
     for (rel, text) in sources() {
         let lines: Vec<&str> = code_lines(&text).collect();
         for (start, line) in lines.iter().enumerate() {
-            let t = line.trim_start();
-            let Some(sig) = [
-                "pub(crate) async fn ",
-                "pub async fn ",
-                "async fn ",
-                "pub(crate) fn ",
-                "pub fn ",
-                "fn ",
-            ]
-            .iter()
-            .find_map(|p| t.strip_prefix(p)) else {
+            let Some(sig) = fn_signature(line) else {
                 continue;
             };
             let name: String = sig
@@ -398,5 +428,144 @@ fn no_function_in_src_is_longer_than_the_limit() {
         long.is_empty(),
         "functions over {MAX_FN_LINES} lines:\n{}",
         long.join("\n")
+    );
+}
+
+/// The sibling modules of every folder, each a file with its folder
+/// (`store/postgres` is `postgres.rs` and `postgres/*`), and their edges:
+/// a file of one naming a file of another. `""` is `src/` itself (the
+/// top-level modules, as [`module_graph`] reads them by path).
+fn sibling_graphs() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let files = file_graph();
+    let mut groups: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (from, targets) in &files {
+        for to in targets {
+            let (a, b): (Vec<&str>, Vec<&str>) = (from.split('/').collect(), to.split('/').collect());
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            // An ancestor or a descendant is not a sibling.
+            if common == a.len() || common == b.len() {
+                continue;
+            }
+            let parent = a[..common].join("/");
+            let sibling = |path: &[&str]| path[..=common].join("/");
+            groups
+                .entry(parent)
+                .or_default()
+                .entry(sibling(&a))
+                .or_default()
+                .insert(sibling(&b));
+        }
+    }
+    groups
+}
+
+#[test]
+fn sibling_modules_at_every_depth_import_each_other_without_cycles() {
+    let groups = sibling_graphs();
+    assert!(
+        groups
+            .get("broker")
+            .is_some_and(|g| g.contains_key("broker/kafka")),
+        "the scan sees the rooms of a registry as siblings: {:?}",
+        groups.get("broker")
+    );
+    assert!(
+        groups
+            .get("store")
+            .is_some_and(|g| g.contains_key("store/postgres")),
+        "the scan sees a backend and its folder as one sibling: {:?}",
+        groups.get("store")
+    );
+    let cycles: BTreeSet<String> = groups
+        .iter()
+        .flat_map(|(parent, graph)| {
+            graph.keys().filter_map(move |m| {
+                let mut c = cycle_from(graph, m)?;
+                let start = c.iter().enumerate().min_by_key(|(_, n)| *n).map_or(0, |(i, _)| i);
+                c.rotate_left(start);
+                Some(format!(
+                    "in {}/: {} → {}",
+                    if parent.is_empty() { "src" } else { parent },
+                    c.join(" → "),
+                    c[0]
+                ))
+            })
+        })
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles among sibling modules:\n{}",
+        cycles.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// `(file:trait, methods)` of every trait: the `fn` items at its body's top
+/// level, by brace matching from `trait`.
+fn trait_sizes() -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for (rel, text) in sources() {
+        let lines: Vec<&str> = code_lines(&text).collect();
+        for (start, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let t = t
+                .strip_prefix("pub ")
+                .or_else(|| {
+                    t.split_once(") ")
+                        .filter(|_| t.starts_with("pub("))
+                        .map(|(_, r)| r)
+                })
+                .unwrap_or(t);
+            let Some(rest) = t
+                .strip_prefix("trait ")
+                .or_else(|| t.strip_prefix("unsafe trait "))
+            else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let (mut depth, mut opened, mut methods) = (0i32, false, 0usize);
+            for l in &lines[start..] {
+                if opened && depth == 1 && fn_signature(l).is_some() {
+                    methods += 1;
+                }
+                for c in l.chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            opened = true;
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                if opened && depth <= 0 {
+                    break;
+                }
+            }
+            found.push((format!("{rel}:{name}"), methods));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_trait_in_src_has_more_than_the_limit_of_methods() {
+    let sizes = trait_sizes();
+    let relay = sizes.iter().find(|(name, _)| name == "src/store.rs:RelayStore");
+    assert!(
+        relay.is_some_and(|(_, n)| *n > 10),
+        "the scan counts a trait's methods: {relay:?}"
+    );
+    let large: Vec<String> = sizes
+        .iter()
+        .filter(|(_, n)| *n > MAX_TRAIT_METHODS)
+        .map(|(name, n)| format!("{name}: {n} methods"))
+        .collect();
+    assert!(
+        large.is_empty(),
+        "traits over {MAX_TRAIT_METHODS} methods:\n{}",
+        large.join("\n")
     );
 }

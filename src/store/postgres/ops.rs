@@ -304,29 +304,7 @@ impl OpsStore for PostgresStore {
         by: &RedriveBy,
     ) -> Result<Vec<RedriveOutcome>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let rows = match target {
-            RedriveTarget::Events(ids) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {EVENT_COLS} FROM outbox o WHERE o.event_id = ANY($1) \
-                     ORDER BY o.created_at, o.sequence FOR UPDATE"
-                )))
-                .bind(ids)
-                .fetch_all(&mut *tx)
-                .await?
-            }
-            RedriveTarget::AllQuarantined { award_id } => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL \
-                       AND o.published_at IS NULL AND ($2::text IS NULL OR o.award_id = $2) \
-                     ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE"
-                )))
-                .bind(limit)
-                .bind(award_id.as_deref())
-                .fetch_all(&mut *tx)
-                .await?
-            }
-        };
-        let events: Vec<EventRecord> = rows.iter().map(event_record).collect::<Result<_, _>>()?;
+        let events = redrive_candidates(&mut tx, target, limit).await?;
         let outcomes = redrive_outcomes(target, events);
         let redriven: Vec<&EventRecord> = outcomes
             .iter()
@@ -359,6 +337,37 @@ impl OpsStore for PostgresStore {
         tx.commit().await?;
         Ok(outcomes)
     }
+}
+
+/// The events a redrive names, locked in `tx`, oldest first.
+async fn redrive_candidates(
+    tx: &mut Transaction<'_, Postgres>,
+    target: &RedriveTarget,
+    limit: i64,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let rows = match target {
+        RedriveTarget::Events(ids) => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.event_id = ANY($1) \
+                 ORDER BY o.created_at, o.sequence FOR UPDATE"
+            )))
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await?
+        }
+        RedriveTarget::AllQuarantined { award_id } => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLS} FROM outbox o WHERE o.quarantined_at IS NOT NULL \
+                   AND o.published_at IS NULL AND ($2::text IS NULL OR o.award_id = $2) \
+                 ORDER BY o.created_at, o.sequence LIMIT $1 FOR UPDATE"
+            )))
+            .bind(limit)
+            .bind(award_id.as_deref())
+            .fetch_all(&mut **tx)
+            .await?
+        }
+    };
+    Ok(rows.iter().map(event_record).collect::<Result<_, _>>()?)
 }
 
 /// The audit rows of a redrive, inside its transaction.
