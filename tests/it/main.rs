@@ -4,7 +4,10 @@
 
 /// Runs each named `async fn(Kind)` test on both stores, as
 /// `<module>::postgres::<name>` and `<module>::sqlite::<name>`: one test
-/// code, both backends (the conformance suite's pattern).
+/// code, both backends (the conformance suite's pattern). Every capability
+/// of the store runs through it: claims in `store_suite`, the relay's in
+/// `store_suite::slots` and `relay`, effects in `effects`, reconcile and
+/// inspect in `ops`, the sealed trail in `seal`, retention in `retention`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod postgres {
