@@ -7,7 +7,7 @@
 //! `uuid`, SQLite its text). Every other column decodes to the same Rust
 //! type on both ([`Plain`]).
 
-use super::effect::{COMPLETED, CompletedEffect};
+use super::effect::{COMPLETED, CompletedEffect, EffectRecord, Fence, FencedOutcome, IN_PROGRESS, Taken};
 use super::ops::{AwardTotals, Balance, ClaimRow, EventRecord, LedgerAggregate, LedgerRow};
 use super::{AuditPurge, AuditRecord, AuditSeal, Disbursement, OutboxEvent, StoredResult};
 use sqlx::postgres::PgRow;
@@ -283,4 +283,49 @@ pub(crate) fn completed_effect(r: &impl ReadRow) -> Result<Option<CompletedEffec
         completed_at: r.time("completed_at")?,
         attempt: r.get("attempt")?,
     }))
+}
+
+/// An effect's record as stored (its lease's expiry only while in progress).
+pub(crate) fn effect_record(r: &impl ReadRow) -> Result<EffectRecord, sqlx::Error> {
+    let state: String = r.get("state")?;
+    Ok(EffectRecord {
+        lease_expires_at: r.time_opt("lease_expires_at")?.filter(|_| state == IN_PROGRESS),
+        state,
+        attempt: r.get("attempt")?,
+        completed: completed_effect(r)?,
+        updated_at: r.time("updated_at")?,
+    })
+}
+
+/// The lease a `TAKE_LEASE` statement took: its attempt, and what it was
+/// taken from (`taken_over_from`: none, a release, an expired lease).
+pub(crate) fn taken_lease(r: &impl ReadRow) -> Result<(i32, Taken), sqlx::Error> {
+    let taken = match r.get::<Option<String>>("taken_over_from")?.as_deref() {
+        None => Taken::First,
+        Some("released") => Taken::AfterRelease,
+        Some(_) => Taken::AfterExpiry,
+    };
+    Ok((r.get("attempt")?, taken))
+}
+
+/// What a `Complete` whose fenced update changed nothing answers, from the
+/// record as it stands: the same call again (same token, same response)
+/// answers the first completion; another response conflicts; anything else
+/// (no record, another token, released under this one) lost the lease.
+pub(crate) fn repeated_completion(
+    record: Option<&impl ReadRow>,
+    f: &Fence<'_>,
+    response: &[u8],
+) -> Result<FencedOutcome<CompletedEffect>, sqlx::Error> {
+    let Some(r) = record else {
+        return Ok(FencedOutcome::LeaseLost);
+    };
+    if r.get::<String>("lease_token")? != f.token {
+        return Ok(FencedOutcome::LeaseLost);
+    }
+    Ok(match completed_effect(r)? {
+        Some(done) if done.response == response => FencedOutcome::Done(done),
+        Some(_) => FencedOutcome::Conflict,
+        None => FencedOutcome::LeaseLost,
+    })
 }

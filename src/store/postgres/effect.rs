@@ -10,10 +10,10 @@ use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::EffectStore;
 use crate::store::effect::{
-    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
-    REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
+    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, REQUEST_MISMATCH,
+    acquired_audit, completed_event_json,
 };
-use crate::store::rows::completed_effect;
+use crate::store::rows::{completed_effect, effect_record, repeated_completion, taken_lease};
 use crate::store::{AuditDecision, Tier};
 use async_trait::async_trait;
 use sqlx::{Postgres, Row, Transaction};
@@ -56,12 +56,7 @@ impl EffectStore for PostgresStore {
             .await?;
         let outcome = match taken {
             Some(row) => {
-                let attempt: i32 = row.try_get("attempt")?;
-                let taken = match row.try_get::<Option<String>, _>("taken_over_from")?.as_deref() {
-                    None => Taken::First,
-                    Some("released") => Taken::AfterRelease,
-                    Some(_) => Taken::AfterExpiry,
-                };
+                let (attempt, taken) = taken_lease(&row)?;
                 let (decision, detail) = acquired_audit(taken, attempt);
                 audit(
                     &mut tx,
@@ -141,19 +136,7 @@ impl EffectStore for PostgresStore {
             .fetch_optional(&mut *session)
             .await?;
         session.finish().await?;
-        let Some(row) = row else { return Ok(None) };
-        let state: String = row.try_get("state")?;
-        Ok(Some(EffectRecord {
-            lease_expires_at: if state == IN_PROGRESS {
-                row.try_get("lease_expires_at")?
-            } else {
-                None
-            },
-            state,
-            attempt: row.try_get("attempt")?,
-            completed: completed_effect(&row)?,
-            updated_at: row.try_get("updated_at")?,
-        }))
+        Ok(row.as_ref().map(effect_record).transpose()?)
     }
 }
 
@@ -253,18 +236,7 @@ async fn repeat_or_lost(
         .persistent(named())
         .fetch_optional(&mut **tx)
         .await?;
-    let Some(row) = row else {
-        return Ok(FencedOutcome::LeaseLost);
-    };
-    if row.try_get::<String, _>("lease_token")? != f.token {
-        return Ok(FencedOutcome::LeaseLost);
-    }
-    match completed_effect(&row)? {
-        Some(done) if done.response == response => Ok(FencedOutcome::Done(done)),
-        Some(_) => Ok(FencedOutcome::Conflict),
-        // Released under this token: the lease is gone.
-        None => Ok(FencedOutcome::LeaseLost),
-    }
+    Ok(repeated_completion(row.as_ref(), f, response)?)
 }
 
 /// One audit row in the effect's transaction: key prefix, and the

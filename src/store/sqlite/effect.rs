@@ -8,12 +8,12 @@ use crate::error::StoreError;
 use crate::key::key_prefix;
 use crate::store::EffectStore;
 use crate::store::effect::{
-    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, IN_PROGRESS,
-    REQUEST_MISMATCH, Taken, acquired_audit, completed_event_json,
+    BeginOutcome, CompletedEffect, EffectBegin, EffectRecord, Fence, FencedOutcome, REQUEST_MISMATCH,
+    acquired_audit, completed_event_json,
 };
-use crate::store::rows::completed_effect;
+use crate::store::rows::{completed_effect, effect_record, repeated_completion, taken_lease};
 use crate::store::{AuditDecision, Tier};
-use crate::time_fmt::{from_micros, now_micros, to_micros};
+use crate::time_fmt::{now_micros, to_micros};
 use async_trait::async_trait;
 use sqlx::{Row, Sqlite, Transaction};
 use std::time::Duration;
@@ -37,8 +37,9 @@ const SELECT_RECORD: &str = "SELECT namespace, idempotency_key, fingerprint, sta
        completed_at, lease_token, lease_expires_at, updated_at \
      FROM effects WHERE namespace = ?1 AND idempotency_key = ?2";
 
-impl SqliteStore {
-    pub(super) async fn begin_effect(&self, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
+#[async_trait]
+impl EffectStore for SqliteStore {
+    async fn effect_begin(&self, b: &EffectBegin) -> Result<BeginOutcome, StoreError> {
         let now = to_micros(now_micros());
         let mut tx = self.begin().await?;
         let taken = sqlx::query(TAKE_LEASE)
@@ -52,12 +53,7 @@ impl SqliteStore {
             .await?;
         let outcome = match taken {
             Some(row) => {
-                let attempt: i32 = row.try_get("attempt")?;
-                let taken = match row.try_get::<Option<String>, _>("taken_over_from")?.as_deref() {
-                    None => Taken::First,
-                    Some("released") => Taken::AfterRelease,
-                    Some(_) => Taken::AfterExpiry,
-                };
+                let (attempt, taken) = taken_lease(&row)?;
                 let (decision, detail) = acquired_audit(taken, attempt);
                 let row = AuditRow::new(decision, &b.key, &b.namespace, &b.instance);
                 row.detail(Some(&detail)).insert(&mut tx).await?;
@@ -69,7 +65,7 @@ impl SqliteStore {
         Ok(outcome)
     }
 
-    pub(super) async fn complete_effect(
+    async fn effect_complete(
         &self,
         f: &Fence<'_>,
         response: &[u8],
@@ -115,11 +111,7 @@ impl SqliteStore {
         Ok(FencedOutcome::Done(done))
     }
 
-    pub(super) async fn release_effect(
-        &self,
-        f: &Fence<'_>,
-        reason: &str,
-    ) -> Result<FencedOutcome<()>, StoreError> {
+    async fn effect_release(&self, f: &Fence<'_>, reason: &str) -> Result<FencedOutcome<()>, StoreError> {
         let now = to_micros(now_micros());
         let mut tx = self.begin().await?;
         let released = sqlx::query(
@@ -156,26 +148,13 @@ impl SqliteStore {
         Ok(FencedOutcome::Done(()))
     }
 
-    pub(super) async fn get_effect(
-        &self,
-        namespace: &str,
-        key: &str,
-    ) -> Result<Option<EffectRecord>, StoreError> {
+    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
         let row = sqlx::query(SELECT_RECORD)
             .bind(namespace)
             .bind(key)
             .fetch_optional(&self.reader)
             .await?;
-        let Some(row) = row else { return Ok(None) };
-        let state: String = row.try_get("state")?;
-        let expires: Option<i64> = row.try_get("lease_expires_at")?;
-        Ok(Some(EffectRecord {
-            lease_expires_at: expires.filter(|_| state == IN_PROGRESS).map(from_micros),
-            state,
-            attempt: row.try_get("attempt")?,
-            completed: completed_effect(&row)?,
-            updated_at: from_micros(row.try_get("updated_at")?),
-        }))
+        Ok(row.as_ref().map(effect_record).transpose()?)
     }
 }
 
@@ -226,17 +205,7 @@ async fn repeat_or_lost(
         .bind(f.key)
         .fetch_optional(&mut **tx)
         .await?;
-    let Some(row) = row else {
-        return Ok(FencedOutcome::LeaseLost);
-    };
-    if row.try_get::<String, _>("lease_token")? != f.token {
-        return Ok(FencedOutcome::LeaseLost);
-    }
-    match completed_effect(&row)? {
-        Some(done) if done.response == response => Ok(FencedOutcome::Done(done)),
-        Some(_) => Ok(FencedOutcome::Conflict),
-        None => Ok(FencedOutcome::LeaseLost),
-    }
+    Ok(repeated_completion(row.as_ref(), f, response)?)
 }
 
 /// One audit row in the effect's transaction: key prefix, and the
@@ -288,30 +257,3 @@ impl<'a> AuditRow<'a> {
 pub(super) const PURGE_SQL: &str = "DELETE FROM effects WHERE (namespace, idempotency_key) IN ( \
        SELECT namespace, idempotency_key FROM effects WHERE updated_at < ?1 \
        ORDER BY updated_at LIMIT ?2)";
-
-#[async_trait]
-impl EffectStore for SqliteStore {
-    async fn effect_begin(&self, begin: &EffectBegin) -> Result<BeginOutcome, StoreError> {
-        self.begin_effect(begin).await
-    }
-
-    async fn effect_complete(
-        &self,
-        fence: &crate::store::effect::Fence<'_>,
-        response: &[u8],
-    ) -> Result<FencedOutcome<CompletedEffect>, StoreError> {
-        self.complete_effect(fence, response).await
-    }
-
-    async fn effect_release(
-        &self,
-        fence: &crate::store::effect::Fence<'_>,
-        reason: &str,
-    ) -> Result<FencedOutcome<()>, StoreError> {
-        self.release_effect(fence, reason).await
-    }
-
-    async fn effect_get(&self, namespace: &str, key: &str) -> Result<Option<EffectRecord>, StoreError> {
-        self.get_effect(namespace, key).await
-    }
-}

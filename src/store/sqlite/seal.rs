@@ -31,14 +31,10 @@ impl HeldLock for NoLock {
     }
 }
 
-pub(super) fn lock_sealing() -> Option<Box<dyn HeldLock>> {
-    Some(Box::new(NoLock))
-}
-
 #[async_trait]
 impl AuditStore for SqliteStore {
     async fn lock_sealing(&self) -> Result<Option<Box<dyn HeldLock>>, StoreError> {
-        Ok(lock_sealing())
+        Ok(Some(Box::new(NoLock)))
     }
 
     /// The highest id ever committed (AUTOINCREMENT's counter).
