@@ -52,7 +52,7 @@ use crate::broker::{Sink, SinkSettings};
 use crate::error::StoreError;
 use crate::shutdown::Stop;
 use crate::store::slots::{RelayMember, SlotLease};
-use crate::store::{OutboxEvent, RelayStore};
+use crate::store::{OutboxEvent, PublishStore, RelayStore};
 use outage::Breaker;
 use slot::{Held, Publishing};
 use std::collections::BTreeMap;
@@ -455,7 +455,7 @@ async fn wake_on_outbox(relay: Arc<Relay>, wake: watch::Sender<u64>, mut stop: S
 /// Refreshes the outbox gauges from the store every `interval`, whatever
 /// the relay is doing (paused by an outage, backing off, busy), so the
 /// backlog alert sees events waiting during an outage.
-pub async fn report_outbox_gauges(store: &dyn RelayStore, interval: Duration, mut stop: Stop) {
+pub async fn report_outbox_gauges(store: &dyn PublishStore, interval: Duration, mut stop: Stop) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

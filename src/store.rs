@@ -575,10 +575,11 @@ pub trait ClaimStore: StoreBase {
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError>;
 }
 
-/// The outbox as the relay sees it: slots, their events, and the marks
-/// (DESIGN §4, "Across pods"; `store::slots`).
+/// The relay's slots and their holders (DESIGN §4, "Across pods";
+/// `store::slots`): who is alive, who holds which slot with which
+/// generation, and the resize.
 #[async_trait]
-pub trait RelayStore: StoreBase {
+pub trait SlotStore: StoreBase {
     /// Creates `count` slots when the outbox has none yet; the count in force.
     async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError>;
 
@@ -611,6 +612,26 @@ pub trait RelayStore: StoreBase {
     /// Gives a slot back: free at once.
     async fn release_slot(&self, member: &str, lease: &SlotLease) -> Result<(), StoreError>;
 
+    /// The slots in use (owner, generation, lease, pending events) and the
+    /// live relays.
+    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError>;
+
+    /// Takes every slot for `member` whoever holds it (a resize begins):
+    /// each with a new generation.
+    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError>;
+
+    /// Ends a resize: when `member` still holds every slot it seized, sets
+    /// the count and frees every slot with a new generation; false (nothing
+    /// changed) when one was taken meanwhile.
+    async fn finish_resize(&self, member: &str, seized: &[SlotLease], count: i32)
+    -> Result<bool, StoreError>;
+}
+
+/// The outbox as a relay publishes it: a held slot's events, and the marks
+/// and rejections it records, each only while the slot is still held with
+/// its generation.
+#[async_trait]
+pub trait PublishStore: StoreBase {
     /// The slot's unpublished, unquarantined events in per-award order (at
     /// most `limit`): none once the slot is not held with `lease`'s
     /// generation, none behind an earlier event of its award that waits for
@@ -634,26 +655,17 @@ pub trait RelayStore: StoreBase {
         retry_after: Duration,
     ) -> Result<Option<bool>, StoreError>;
 
-    /// The slots in use (owner, generation, lease, pending events) and the
-    /// live relays.
-    async fn relay_slot_table(&self) -> Result<SlotTable, StoreError>;
-
-    /// Takes every slot for `member` whoever holds it (a resize begins):
-    /// each with a new generation.
-    async fn seize_slots(&self, member: &str, lease: Duration) -> Result<Vec<SlotLease>, StoreError>;
-
-    /// Ends a resize: when `member` still holds every slot it seized, sets
-    /// the count and frees every slot with a new generation; false (nothing
-    /// changed) when one was taken meanwhile.
-    async fn finish_resize(&self, member: &str, seized: &[SlotLease], count: i32)
-    -> Result<bool, StoreError>;
-
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError>;
 
     /// Waits until an outbox insert is signalled or `timeout` passes.
     /// Backends without notifications just sleep (polling).
     async fn wait_for_outbox(&self, timeout: Duration);
 }
+
+/// Everything a relay does with the store: its slots and their events.
+pub trait RelayStore: SlotStore + PublishStore {}
+
+impl<T: SlotStore + PublishStore> RelayStore for T {}
 
 /// Effects outside the ledger (DESIGN §9): one record per namespace and
 /// key, its lease authoritative here. Each call is one transaction with its

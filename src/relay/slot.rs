@@ -8,7 +8,7 @@ use super::outage::Breaker;
 use crate::broker::{Batch, PublishError, Sink, SlotId};
 use crate::error::StoreError;
 use crate::store::slots::SlotLease;
-use crate::store::{OutboxEvent, RelayStore};
+use crate::store::{OutboxEvent, PublishStore};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -100,7 +100,7 @@ impl std::ops::AddAssign for StepReport {
 
 /// What a step publishes with.
 pub struct Publishing<'a> {
-    pub store: &'a dyn RelayStore,
+    pub store: &'a dyn PublishStore,
     pub sink: &'a dyn Sink,
     pub breaker: &'a Breaker,
     pub batch: i64,

@@ -13,7 +13,7 @@ use crate::error::StoreError;
 use crate::store::OutboxEvent;
 use crate::store::rows::outbox_event;
 use crate::store::slots::{MemberRow, RelayMember, RelayView, SlotLease, SlotRow, SlotTable};
-use crate::store::{OutboxStats, RelayStore};
+use crate::store::{OutboxStats, PublishStore, SlotStore};
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
@@ -28,7 +28,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 #[async_trait]
-impl RelayStore for PostgresStore {
+impl SlotStore for PostgresStore {
     /// Creates `count` slots when there are none; the count in force.
     async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -149,79 +149,6 @@ impl RelayStore for PostgresStore {
         Ok(())
     }
 
-    /// The slot's pending events in per-award order: nothing once the slot is
-    /// no longer held with `lease`'s generation, nothing behind an earlier
-    /// event of its award that waits for a retry. The statement is
-    /// `oncegate_slot_pending` (migrations 0015 and 0016), which walks the
-    /// queue of unpublished events in order and stops at `limit`.
-    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM oncegate_slot_pending($1, $2, $3, $4)")
-            .bind(lease.slot)
-            .bind(lease.generation)
-            .bind(i64::from(lease.slots))
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(outbox_event)
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-
-    /// Marks `ids` published if the slot is still held with `lease`'s
-    /// generation; false when it is not (nothing changed).
-    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
-        let held: bool = sqlx::query_scalar(
-            "WITH s AS (SELECT slot FROM relay_slots WHERE slot = $1 AND generation = $2 FOR SHARE), \
-             q AS (DELETE FROM outbox_queue WHERE event_id = ANY($3) AND EXISTS (SELECT 1 FROM s) RETURNING 1), \
-             m AS (UPDATE outbox SET published_at = now(), leased_until = NULL \
-               WHERE event_id = ANY($3) AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM s)",
-        )
-        .bind(lease.slot)
-        .bind(lease.generation)
-        .bind(ids)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(held)
-    }
-
-    /// Records a rejection of `id` (an attempt; quarantined at `max_attempts`,
-    /// else retried after `retry_after`) if the slot is still held with
-    /// `lease`'s generation: `None` when it is not, else whether quarantined.
-    async fn record_publish_failure(
-        &self,
-        lease: &SlotLease,
-        id: Uuid,
-        error: &str,
-        max_attempts: i32,
-        retry_after: Duration,
-    ) -> Result<Option<bool>, StoreError> {
-        let row = sqlx::query(
-            "WITH s AS (SELECT slot FROM relay_slots WHERE slot = $1 AND generation = $2 FOR SHARE), \
-             u AS (UPDATE outbox SET attempts = attempts + 1, last_error = $4, \
-                 leased_until = now() + $6 * interval '1 millisecond', \
-                 quarantined_at = CASE WHEN attempts + 1 >= $5 THEN now() END \
-               WHERE event_id = $3 AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) \
-               RETURNING event_id, leased_until, quarantined_at IS NOT NULL AS q), \
-             w AS (UPDATE outbox_queue SET leased_until = u.leased_until FROM u \
-               WHERE outbox_queue.event_id = u.event_id AND NOT u.q RETURNING 1), \
-             d AS (DELETE FROM outbox_queue USING u \
-               WHERE outbox_queue.event_id = u.event_id AND u.q RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM s), coalesce((SELECT q FROM u), false)",
-        )
-        .bind(lease.slot)
-        .bind(lease.generation)
-        .bind(id)
-        .bind(error)
-        .bind(max_attempts)
-        .bind(ms(retry_after))
-        .fetch_one(&self.pool)
-        .await?;
-        let held: bool = row.try_get(0)?;
-        Ok(held.then_some(row.try_get(1)?))
-    }
-
     /// The slots in use with their owners and pending events, and the live relays.
     async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
         let rows = sqlx::query(
@@ -297,6 +224,82 @@ impl RelayStore for PostgresStore {
         let done = finish_resize(&self.pool, member, seized, count).await?;
         self.notifier.poke(&self.pool);
         Ok(done)
+    }
+}
+
+#[async_trait]
+impl PublishStore for PostgresStore {
+    /// The slot's pending events in per-award order: nothing once the slot is
+    /// no longer held with `lease`'s generation, nothing behind an earlier
+    /// event of its award that waits for a retry. The statement is
+    /// `oncegate_slot_pending` (migrations 0015 and 0016), which walks the
+    /// queue of unpublished events in order and stops at `limit`.
+    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM oncegate_slot_pending($1, $2, $3, $4)")
+            .bind(lease.slot)
+            .bind(lease.generation)
+            .bind(i64::from(lease.slots))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(outbox_event)
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Marks `ids` published if the slot is still held with `lease`'s
+    /// generation; false when it is not (nothing changed).
+    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
+        let held: bool = sqlx::query_scalar(
+            "WITH s AS (SELECT slot FROM relay_slots WHERE slot = $1 AND generation = $2 FOR SHARE), \
+             q AS (DELETE FROM outbox_queue WHERE event_id = ANY($3) AND EXISTS (SELECT 1 FROM s) RETURNING 1), \
+             m AS (UPDATE outbox SET published_at = now(), leased_until = NULL \
+               WHERE event_id = ANY($3) AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM s)",
+        )
+        .bind(lease.slot)
+        .bind(lease.generation)
+        .bind(ids)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(held)
+    }
+
+    /// Records a rejection of `id` (an attempt; quarantined at `max_attempts`,
+    /// else retried after `retry_after`) if the slot is still held with
+    /// `lease`'s generation: `None` when it is not, else whether quarantined.
+    async fn record_publish_failure(
+        &self,
+        lease: &SlotLease,
+        id: Uuid,
+        error: &str,
+        max_attempts: i32,
+        retry_after: Duration,
+    ) -> Result<Option<bool>, StoreError> {
+        let row = sqlx::query(
+            "WITH s AS (SELECT slot FROM relay_slots WHERE slot = $1 AND generation = $2 FOR SHARE), \
+             u AS (UPDATE outbox SET attempts = attempts + 1, last_error = $4, \
+                 leased_until = now() + $6 * interval '1 millisecond', \
+                 quarantined_at = CASE WHEN attempts + 1 >= $5 THEN now() END \
+               WHERE event_id = $3 AND published_at IS NULL AND EXISTS (SELECT 1 FROM s) \
+               RETURNING event_id, leased_until, quarantined_at IS NOT NULL AS q), \
+             w AS (UPDATE outbox_queue SET leased_until = u.leased_until FROM u \
+               WHERE outbox_queue.event_id = u.event_id AND NOT u.q RETURNING 1), \
+             d AS (DELETE FROM outbox_queue USING u \
+               WHERE outbox_queue.event_id = u.event_id AND u.q RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM s), coalesce((SELECT q FROM u), false)",
+        )
+        .bind(lease.slot)
+        .bind(lease.generation)
+        .bind(id)
+        .bind(error)
+        .bind(max_attempts)
+        .bind(ms(retry_after))
+        .fetch_one(&self.pool)
+        .await?;
+        let held: bool = row.try_get(0)?;
+        Ok(held.then_some(row.try_get(1)?))
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

@@ -8,7 +8,7 @@ use crate::error::StoreError;
 use crate::store::OutboxEvent;
 use crate::store::rows::outbox_event;
 use crate::store::slots::{MemberRow, RelayMember, RelayView, SlotLease, SlotRow, SlotTable, award_hash};
-use crate::store::{OutboxStats, RelayStore};
+use crate::store::{OutboxStats, PublishStore, SlotStore};
 use crate::time_fmt::to_micros;
 use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
@@ -61,7 +61,7 @@ pub async fn backfill_award_hashes(writer: &SqlitePool) -> Result<u64, StoreErro
 }
 
 #[async_trait]
-impl RelayStore for SqliteStore {
+impl SlotStore for SqliteStore {
     /// Creates `count` slots when there are none; the count in force.
     async fn relay_slots_init(&self, count: i32) -> Result<i32, StoreError> {
         let mut tx = begin(&self.writer).await?;
@@ -190,77 +190,6 @@ impl RelayStore for SqliteStore {
         Ok(())
     }
 
-    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT o.event_id, o.event_type, o.award_id, o.sequence, o.payload, o.attempts, o.traceparent \
-             FROM outbox o \
-             WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.award_hash % ?3 = ?1 \
-               AND (o.leased_until IS NULL OR o.leased_until <= ?5) \
-               AND NOT EXISTS (SELECT 1 FROM outbox e \
-                 WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
-                   AND e.leased_until IS NOT NULL AND e.leased_until > ?5 \
-                   AND (e.created_at, e.sequence) < (o.created_at, o.sequence)) \
-               AND EXISTS (SELECT 1 FROM relay_slots s WHERE s.slot = ?1 AND s.generation = ?2 AND s.leased_until > ?5) \
-             ORDER BY o.created_at, o.sequence LIMIT ?4",
-        )
-        .bind(lease.slot)
-        .bind(lease.generation)
-        .bind(i64::from(lease.slots))
-        .bind(limit)
-        .bind(now())
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(rows.iter().map(outbox_event).collect::<Result<_, _>>()?)
-    }
-
-    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
-        let now = now();
-        let mut tx = begin(&self.writer).await?;
-        if !held(&mut tx, lease).await? {
-            return Ok(false);
-        }
-        for id in ids {
-            sqlx::query(
-                "UPDATE outbox SET published_at = ?2, leased_until = NULL WHERE event_id = ?1 AND published_at IS NULL",
-            )
-            .bind(id.to_string())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    async fn record_publish_failure(
-        &self,
-        lease: &SlotLease,
-        id: Uuid,
-        error: &str,
-        max_attempts: i32,
-        retry_after: Duration,
-    ) -> Result<Option<bool>, StoreError> {
-        let now = now();
-        let mut tx = begin(&self.writer).await?;
-        if !held(&mut tx, lease).await? {
-            return Ok(None);
-        }
-        let quarantined: Option<bool> = sqlx::query_scalar(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = ?5, \
-               quarantined_at = CASE WHEN attempts + 1 >= ?3 THEN ?4 END \
-             WHERE event_id = ?1 AND published_at IS NULL RETURNING quarantined_at IS NOT NULL",
-        )
-        .bind(id.to_string())
-        .bind(error)
-        .bind(max_attempts)
-        .bind(now)
-        .bind(now + us(retry_after))
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Some(quarantined.unwrap_or(false)))
-    }
-
     async fn relay_slot_table(&self) -> Result<SlotTable, StoreError> {
         let now = now();
         let rows = sqlx::query(
@@ -339,6 +268,80 @@ impl RelayStore for SqliteStore {
         let done = finish_resize(&self.writer, member, seized, count).await?;
         self.outbox_written.notify_one();
         Ok(done)
+    }
+}
+
+#[async_trait]
+impl PublishStore for SqliteStore {
+    async fn slot_pending(&self, lease: &SlotLease, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT o.event_id, o.event_type, o.award_id, o.sequence, o.payload, o.attempts, o.traceparent \
+             FROM outbox o \
+             WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.award_hash % ?3 = ?1 \
+               AND (o.leased_until IS NULL OR o.leased_until <= ?5) \
+               AND NOT EXISTS (SELECT 1 FROM outbox e \
+                 WHERE e.award_id = o.award_id AND e.published_at IS NULL AND e.quarantined_at IS NULL \
+                   AND e.leased_until IS NOT NULL AND e.leased_until > ?5 \
+                   AND (e.created_at, e.sequence) < (o.created_at, o.sequence)) \
+               AND EXISTS (SELECT 1 FROM relay_slots s WHERE s.slot = ?1 AND s.generation = ?2 AND s.leased_until > ?5) \
+             ORDER BY o.created_at, o.sequence LIMIT ?4",
+        )
+        .bind(lease.slot)
+        .bind(lease.generation)
+        .bind(i64::from(lease.slots))
+        .bind(limit)
+        .bind(now())
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows.iter().map(outbox_event).collect::<Result<_, _>>()?)
+    }
+
+    async fn mark_published(&self, lease: &SlotLease, ids: &[Uuid]) -> Result<bool, StoreError> {
+        let now = now();
+        let mut tx = begin(&self.writer).await?;
+        if !held(&mut tx, lease).await? {
+            return Ok(false);
+        }
+        for id in ids {
+            sqlx::query(
+                "UPDATE outbox SET published_at = ?2, leased_until = NULL WHERE event_id = ?1 AND published_at IS NULL",
+            )
+            .bind(id.to_string())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn record_publish_failure(
+        &self,
+        lease: &SlotLease,
+        id: Uuid,
+        error: &str,
+        max_attempts: i32,
+        retry_after: Duration,
+    ) -> Result<Option<bool>, StoreError> {
+        let now = now();
+        let mut tx = begin(&self.writer).await?;
+        if !held(&mut tx, lease).await? {
+            return Ok(None);
+        }
+        let quarantined: Option<bool> = sqlx::query_scalar(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, leased_until = ?5, \
+               quarantined_at = CASE WHEN attempts + 1 >= ?3 THEN ?4 END \
+             WHERE event_id = ?1 AND published_at IS NULL RETURNING quarantined_at IS NOT NULL",
+        )
+        .bind(id.to_string())
+        .bind(error)
+        .bind(max_attempts)
+        .bind(now)
+        .bind(now + us(retry_after))
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(quarantined.unwrap_or(false)))
     }
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
