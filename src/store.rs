@@ -1,5 +1,11 @@
-//! The authoritative store: one seam, two backends (Postgres, embedded SQLite),
-//! chosen by URL scheme. Both pass one conformance suite (`tests/it/store_suite.rs`).
+//! The authoritative store: two backends (Postgres, embedded SQLite), chosen
+//! by URL scheme, behind one seam split by capability — claims, the relay's
+//! slots and publishing, effects, reconcile and inspect, the sealed audit
+//! trail, administration — each a trait small enough to fake. A component
+//! takes the capability it uses; [`Store`] is their sum. Each backend
+//! implements a capability in its own file (`postgres/slots.rs`, …), and
+//! reads rows with the decoders in `rows` written once for both. Both pass
+//! one conformance suite (`on_both_stores!` in `tests/it`).
 //!
 //! A claim is one transaction: claim row (`INSERT … ON CONFLICT DO NOTHING`,
 //! row count decides), ledger row, running total with the per-award sequence,

@@ -1,7 +1,9 @@
-//! The production store. The claim transaction is in [`claim`]; this file
-//! has the connection pool, lookups, audit appends, the outbox leases and
-//! the retention purge (one instance at a time, by advisory lock). The
-//! sealed audit trail's reads and appends are in [`seal`].
+//! The production store. This file has the connection pool, the claims'
+//! capability (the transaction itself is in `claim`, its session handling in
+//! `tx`) and administration, with the retention purge (one instance at a
+//! time, by advisory lock). Each other capability is a file of its own:
+//! the relay's in `slots`, effects in `effect`, reconcile and inspect in
+//! `ops`, the sealed audit trail in `seal`.
 
 mod claim;
 mod effect;

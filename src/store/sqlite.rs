@@ -5,8 +5,10 @@
 //! every write transaction starts `IMMEDIATE`: no `SKIP LOCKED` is needed for
 //! the relay's leases, and no advisory lock for the purge, because nothing
 //! can interleave with a write transaction. The relay polls, and is woken
-//! in-process after each commit that wrote outbox rows. The sealed audit
-//! trail and the purge of audit rows are in [`seal`].
+//! in-process after each commit that wrote outbox rows. This file has the
+//! claims' capability and administration; each other capability is a file
+//! of its own (`slots`, `effect`, `ops`, and `seal`, which also purges audit
+//! rows).
 
 mod seal;
 
