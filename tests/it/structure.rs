@@ -337,18 +337,25 @@ fn src_modules_import_each_other_without_cycles() {
     );
 }
 
+/// `line` without its indentation and visibility (`pub`, `pub(crate)`,
+/// `pub(super)`, `pub(in …)`); `None` where `pub` is the start of a name.
+fn after_visibility(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let Some(rest) = t.strip_prefix("pub") else {
+        return Some(t);
+    };
+    match rest.strip_prefix('(') {
+        Some(scope) => Some(scope.split_once(')')?.1.trim_start()),
+        None if rest.starts_with(' ') => Some(rest.trim_start()),
+        None => None,
+    }
+}
+
 /// What follows `fn ` when `line` starts a function, whatever its
 /// visibility (`pub`, `pub(crate)`, `pub(super)`, `pub(in …)`) and
 /// qualifiers (`const`, `async`, `unsafe`, `extern "C"`).
 fn fn_signature(line: &str) -> Option<&str> {
-    let mut t = line.trim_start();
-    if let Some(rest) = t.strip_prefix("pub") {
-        t = match rest.strip_prefix('(') {
-            Some(scope) => scope.split_once(')')?.1.trim_start(),
-            None if rest.starts_with(' ') => rest.trim_start(),
-            None => return None,
-        };
-    }
+    let mut t = after_visibility(line)?;
     loop {
         let before = t;
         for qualifier in ["const ", "async ", "unsafe ", "default "] {
@@ -506,15 +513,9 @@ fn trait_sizes() -> Vec<(String, usize)> {
     for (rel, text) in sources() {
         let lines: Vec<&str> = code_lines(&text).collect();
         for (start, line) in lines.iter().enumerate() {
-            let t = line.trim_start();
-            let t = t
-                .strip_prefix("pub ")
-                .or_else(|| {
-                    t.split_once(") ")
-                        .filter(|_| t.starts_with("pub("))
-                        .map(|(_, r)| r)
-                })
-                .unwrap_or(t);
+            let Some(t) = after_visibility(line) else {
+                continue;
+            };
             let Some(rest) = t
                 .strip_prefix("trait ")
                 .or_else(|| t.strip_prefix("unsafe trait "))
