@@ -83,13 +83,18 @@ impl ReadRow for SqliteRow {
         let Some(text) = self.try_get::<Option<String>, _>(column)? else {
             return Ok(None);
         };
-        Uuid::parse_str(&text)
+        uuid_from_text(&text)
             .map(Some)
-            .map_err(|e| sqlx::Error::ColumnDecode {
+            .map_err(|why| sqlx::Error::ColumnDecode {
                 index: column.to_string(),
-                source: format!("bad uuid {text:?} in the store: {e}").into(),
+                source: why.into(),
             })
     }
+}
+
+/// A uuid SQLite holds as text; the error names the text.
+pub(crate) fn uuid_from_text(text: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(text).map_err(|e| format!("bad uuid {text:?} in the store: {e}"))
 }
 
 /// The ledger row's columns, prefixed `d_` (joined with claims and events).

@@ -10,6 +10,7 @@ use crate::store::OpsStore;
 use crate::store::ops::*;
 use crate::store::rows::{
     AUDIT_COLS, CLAIM_COLS, LEDGER_COLS, audit_record, award_totals, balance, claim, event_record, ledger,
+    uuid_from_text,
 };
 use crate::time_fmt::{from_micros, to_micros};
 use async_trait::async_trait;
@@ -198,10 +199,7 @@ impl OpsStore for SqliteStore {
             let event_ids = ids
                 .iter()
                 .flat_map(|s| s.split(','))
-                .map(|id| {
-                    Uuid::parse_str(id)
-                        .map_err(|e| StoreError::Other(format!("bad uuid {id:?} in the store: {e}")))
-                })
+                .map(|id| uuid_from_text(id).map_err(StoreError::Other))
                 .collect::<Result<_, _>>()?;
             found.push(LedgerMatch {
                 ledger: row,
