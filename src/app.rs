@@ -49,7 +49,7 @@ pub struct AppConfig {
     pub require_sync_replica: bool,
     /// How long start-up waits for the store to become reachable.
     pub startup_timeout: Duration,
-    /// The primary's identity probe (DESIGN §7).
+    /// The primary's identity probe (DESIGN §7.2).
     pub primary_probe: ProbeSettings,
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
@@ -735,7 +735,7 @@ fn spawn_gate_health(tasks: &mut Tasks, shutdown: &Shutdown, health: Arc<Health>
 /// standbys) every interval on a connection of its own, timing each read,
 /// and at once when a store call lost its connection: a failure, or no
 /// answer within the timeout, suspends cache answers until a connection
-/// confirms the identity again (DESIGN §7). Caches answer at most
+/// confirms the identity again (DESIGN §7.2). Caches answer at most
 /// interval + timeout after the last confirmation was sent, whatever
 /// becomes of this task. Postgres only: the embedded store has no server to
 /// fail over.

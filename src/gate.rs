@@ -10,7 +10,7 @@
 //! tier. Everything not answered from a cache goes to the store, whose unique
 //! claim decides.
 //!
-//! # Across a failover (DESIGN §7)
+//! # Across a failover (DESIGN §7.2)
 //! Each decision first asks the store's [`PrimaryWatch`] for the epoch the
 //! caches may answer in. None (the primary's identity is unconfirmed: a
 //! probe failed or nothing has connected yet): no cache is read or filled,
@@ -283,7 +283,7 @@ impl Gate {
         }))
     }
 
-    /// No synchronous standby confirms commits (the guard, DESIGN §7): no
+    /// No synchronous standby confirms commits (the guard, DESIGN §7.3): no
     /// claim transaction is begun, and only a result L2 already holds — a
     /// claim committed and confirmed before — is answered.
     async fn refused_unless_cached(

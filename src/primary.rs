@@ -1,5 +1,5 @@
 //! Which server the store is talking to, and whether the caches may answer
-//! for it (DESIGN §7, Postgres failover).
+//! for it (DESIGN §7.2, Postgres failover).
 //!
 //! A standby promoted after an asynchronous failover does not hold every
 //! claim the old primary acknowledged, yet L1 and L2 still do. So every

@@ -1,4 +1,4 @@
-//! Reconciliation (DESIGN §10): proves ledger = claims = running totals =
+//! Reconciliation (DESIGN §10.1): proves ledger = claims = running totals =
 //! sequences = outbox events, and with a broker also = the events the
 //! broker holds. `oncegate reconcile` prints the [`Report`]; `serve` runs
 //! it every `ONCEGATE_RECONCILE_INTERVAL` and exports

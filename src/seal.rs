@@ -1,4 +1,4 @@
-//! The sealed audit trail (DESIGN §10): audit rows sealed, in id order, into
+//! The sealed audit trail (DESIGN §10.3): audit rows sealed, in id order, into
 //! a hash chain that proves after the fact whether anyone — the database
 //! owner, a restore from an edited backup, a careless migration — changed,
 //! removed or inserted a row.

@@ -526,11 +526,11 @@ pub trait Store: ClaimStore + RelayStore + EffectStore + OpsStore + AuditStore +
 impl<T: ClaimStore + RelayStore + EffectStore + OpsStore + AuditStore + AdminStore> Store for T {}
 
 /// What every capability of a store knows: its backend, and the server its
-/// connections reach (DESIGN §7).
+/// connections reach (DESIGN §7.2).
 pub trait StoreBase: Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
-    /// Who this store's connections reach (DESIGN §7): the watch every new
+    /// Who this store's connections reach (DESIGN §7.2): the watch every new
     /// connection and [`AdminStore::probe_primary`] report to, and
     /// that tells the caches whether, and in which epoch, they may answer.
     /// An embedded store has no failover: always trusted.
@@ -581,7 +581,7 @@ pub trait ClaimStore: StoreBase {
     async fn append_audit(&self, rows: &[AuditEntry]) -> Result<(), StoreError>;
 }
 
-/// The relay's slots and their holders (DESIGN §4, "Across pods";
+/// The relay's slots and their holders (DESIGN §4.2;
 /// `store::slots`): who is alive, who holds which slot with which
 /// generation, and the resize.
 #[async_trait]
@@ -782,7 +782,7 @@ pub trait OpsStore: StoreBase {
     ) -> Result<Vec<ops::RedriveOutcome>, StoreError>;
 }
 
-/// The sealed audit trail (DESIGN §10). The store reads and writes rows;
+/// The sealed audit trail (DESIGN §10.3). The store reads and writes rows;
 /// `crate::seal` decides what a seal covers, digests and verifies.
 #[async_trait]
 pub trait AuditStore: StoreBase {
@@ -838,7 +838,7 @@ pub trait AdminStore: StoreBase {
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Whether a commit this store acknowledges is also on a standby
-    /// (DESIGN §7): `None` where the store has no replication (SQLite).
+    /// (DESIGN §7.3): `None` where the store has no replication (SQLite).
     async fn replication(&self) -> Result<Option<Replication>, StoreError> {
         Ok(None)
     }

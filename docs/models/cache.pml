@@ -1,5 +1,5 @@
 /*
- * The cache tiers across a Postgres failover (DESIGN §7; src/primary.rs,
+ * The cache tiers across a Postgres failover (DESIGN §7.2; src/primary.rs,
  * src/gate.rs): no cache answers for a commit the current primary lacks.
  *
  * One key; two sidecar instances, each a worker (deliveries) and a prober;

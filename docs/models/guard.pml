@@ -1,5 +1,5 @@
 /*
- * The synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA; DESIGN §7;
+ * The synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA; DESIGN §7.3;
  * src/primary/guard.rs, src/store/postgres/tx.rs): no claim is answered
  * CLAIMED unless a synchronous standby has its commit, whatever the
  * primary's replication settings do while it serves.

@@ -1,5 +1,5 @@
 /*
- * The outbox relay across pods (DESIGN §4, "Across pods"): the outbox is
+ * The outbox relay across pods (DESIGN §4.2): the outbox is
  * divided into slots by a stable hash of the award; a pod takes a whole
  * slot in the store (owner, generation bumped on every take, a lease that
  * may run out at any moment while its holder still runs), reads the slot's

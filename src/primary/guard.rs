@@ -1,4 +1,4 @@
-//! The synchronous-standby guard (`ONCEGATE_REQUIRE_SYNC_REPLICA`, DESIGN §7):
+//! The synchronous-standby guard (`ONCEGATE_REQUIRE_SYNC_REPLICA`, DESIGN §7.3):
 //! whether a commit the primary acknowledges is also on a synchronous
 //! standby, checked all the time.
 //!

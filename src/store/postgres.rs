@@ -55,7 +55,7 @@ const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
 pub(super) const OUTBOX_CHANNEL: &str = "oncegate_outbox";
 const NOTIFY_SQL: &str = "SELECT pg_notify('oncegate_outbox', '')";
 
-/// The server's identity (DESIGN §7): its system identifier and the WAL
+/// The server's identity (DESIGN §7.2): its system identifier and the WAL
 /// timeline it writes now. The timeline comes from the current WAL file's
 /// name, which changes the moment a standby is promoted
 /// (`pg_control_checkpoint()` lags until the next checkpoint); on a standby

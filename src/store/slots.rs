@@ -1,4 +1,4 @@
-//! The relay's slots as the store keeps them (DESIGN §4, "Across pods").
+//! The relay's slots as the store keeps them (DESIGN §4.2).
 //!
 //! The outbox is divided into a fixed number of slots by a stable hash of
 //! the award ([`award_hash`]); a relay holds whole slots, each with a

@@ -1,4 +1,4 @@
-//! The cache window (DESIGN §7, `oncegate::primary`): how long L1 may still
+//! The cache window (DESIGN §7.2, `oncegate::primary`): how long L1 may still
 //! answer after the primary vanishes without a reset. A frozen primary
 //! fails no call, so only the missing answer to the identity probe tells;
 //! caches answer at most ONCEGATE_PRIMARY_PROBE_INTERVAL +

@@ -1,4 +1,4 @@
-//! Chaos (DESIGN §7): three `oncegate serve` processes on one Postgres and one
+//! Chaos (DESIGN §7.1): three `oncegate serve` processes on one Postgres and one
 //! Redis, consumers that redeliver until `CLAIMED` or `DUPLICATE`, while
 //! instances are SIGKILLed and restarted, Redis is restarted and flushed and
 //! Postgres is restarted. Afterwards the ledger must be exact.
@@ -487,7 +487,7 @@ async fn stream_event_ids(url: &str) -> HashMap<String, u64> {
     ids
 }
 
-/// Runs the chaos for `seconds` and checks every promise of DESIGN §7.
+/// Runs the chaos for `seconds` and checks every promise of DESIGN §7.1.
 async fn chaos(seconds: u64) {
     init_logging();
     let mut cluster = Cluster::start().await;

@@ -1,4 +1,4 @@
-//! Postgres failover (DESIGN §7). A primary that acknowledges commits
+//! Postgres failover (DESIGN §7.2). A primary that acknowledges commits
 //! before a standby has them can lose answered claims in a failover:
 //! start-up says so, and with ONCEGATE_REQUIRE_SYNC_REPLICA claims are
 //! refused while no synchronous standby confirms commits (the guard's own
@@ -690,7 +690,7 @@ async fn new_primary_ledger(pair: &Pair) -> (HashMap<String, (String, i64)>, onc
     (rows, store.ledger_summary().await.unwrap())
 }
 
-/// Effects across the failover (DESIGN §9): a record completed and cached
+/// Effects across the failover (DESIGN §7.2, §9): a record completed and cached
 /// before the kill, and a lease held across it.
 struct Effects {
     done_key: String,

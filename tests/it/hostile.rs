@@ -751,7 +751,7 @@ async fn database_cut_answers_unavailable_within_a_bound_and_cached_duplicates_a
     assert!(waited < Duration::from_secs(8), "{waited:?}");
     println!("database cut: UNAVAILABLE after {waited:?}");
     // The identity probe has failed by now: the cached duplicate waits for
-    // the primary to be confirmed (DESIGN §7).
+    // the primary to be confirmed (DESIGN §7.2).
     let err = c.submit(before.clone()).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
 

@@ -1,4 +1,4 @@
-//! The relay across pods (DESIGN §4, "Across pods"): several `oncegate
+//! The relay across pods (DESIGN §4.2): several `oncegate
 //! serve` processes with the relay on, one Postgres, claims streaming in
 //! through every pod, and the pods replaced, lost, cut off and scaled the
 //! way a cluster would. Afterwards a `read_committed` reader finds every

@@ -1,4 +1,4 @@
-//! The sealed audit trail (DESIGN §10): a normal run verifies clean on both
+//! The sealed audit trail (DESIGN §10.3): a normal run verifies clean on both
 //! stores (claims, cache duplicates from the audit queue, rejections, two
 //! instances sealing at once); every kind of after-the-fact tampering by
 //! the owner — a row changed, removed, inserted, a seal changed or removed —

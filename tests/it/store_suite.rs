@@ -475,7 +475,7 @@ async fn per_award_sequences_are_dense_under_group_commit(kind: Kind) {
     app.shutdown().await;
 }
 
-// ---- the relay's slots (DESIGN §4, "Across pods") -----------------------
+// ---- the relay's slots (DESIGN §4.2) ------------------------------------
 
 mod slots {
     use crate::helpers::*;

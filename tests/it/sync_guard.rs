@@ -1,4 +1,4 @@
-//! The synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA, DESIGN §7)
+//! The synchronous-standby guard (ONCEGATE_REQUIRE_SYNC_REPLICA, DESIGN §7.3)
 //! against a real primary and streaming standby (`failover::Pair`), with
 //! consumers that redeliver every refused delivery until it is answered.
 //! Each test changes what the primary's replication looks like while the

@@ -286,7 +286,7 @@ async fn redis_down_at_start_heals_within_one_probe_and_answers_other_instances(
     assert_eq!(b.terminate().await.code(), Some(0));
 }
 
-/// Postgres unreachable (DESIGN §7): an L1/L2 hit touches no connection, so
+/// Postgres unreachable (DESIGN §7.2): an L1/L2 hit touches no connection, so
 /// once the identity probe fails cache answers are suspended — duplicates
 /// and fresh work both get UNAVAILABLE, never a guess about a primary that
 /// may be gone. The same server back: the caches answer again, L1 kept.
