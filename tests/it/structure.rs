@@ -16,6 +16,11 @@
 //! `crate::a::b`, `super::x`, `self::x`, and a child module it declares
 //! (`mod x;`) named bare (`x::Y`). Declaring a child is not an edge; using
 //! it is. A file's `#[cfg(test)] mod tests` is not part of its graph.
+//!
+//! [`design_refs`]: every `DESIGN §N` in the repository names a section of
+//! `docs/DESIGN.md`.
+
+mod design_refs;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
