@@ -7,6 +7,10 @@
 //! total, outbox event, audit row), and answers `CLAIMED` or `DUPLICATE` with
 //! the stored original result. The consumer acks only after that answer.
 //!
+//! `DESIGN §N` (or `§N.M`) in a comment, test or script means that section of
+//! `docs/DESIGN.md`, the design document: the contract this crate keeps.
+//! `tests/it/structure.rs` fails on a citation of a section it does not have.
+//!
 //! # Layout
 //! Configuration flows one way: [`cli`] (the command tree) → [`config`]
 //! (flags and environment → each component's settings type) → the
@@ -14,7 +18,8 @@
 //!
 //! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/effect`
 //!   (`effect begin|complete|release|get`), `cli/ops` (`reconcile`,
-//!   `inspect`, `outbox`), `cli/audit` (`audit seal|verify|export`), `cli/bench`.
+//!   `inspect`, `outbox`), `cli/audit` (`audit seal|verify|export|keygen`),
+//!   `cli/bench`.
 //! - [`config`]: shared argument groups → [`app::AppConfig`], [`store::StoreSettings`],
 //!   [`relay::RelaySettings`], … **A new setting** goes here (the flag) and
 //!   into its component's settings type (the value).
@@ -30,14 +35,26 @@
 //! - [`submission`]: validation; [`key`]: key derivation and fingerprints.
 //! - [`cache`]: L1, in-process moka; [`redis_tier`]: L2, leases and results.
 //! - [`primary`]: the primary's identity (system identifier, timeline) and
-//!   the cache epoch: a failover to a new primary drops what caches hold.
+//!   the cache epoch: a failover to a new primary drops what caches hold;
+//!   `primary/guard`: the synchronous-standby guard.
 //! - [`group_commit`]: concurrent claims coalesced into one transaction,
 //!   batch de-duplication and the retry of aborted transactions.
-//! - [`store`]: the authoritative store seam — the trait, its row types and
-//!   `open`. **A new store** is a file in `store/` implementing [`store::Store`],
-//!   chosen by URL scheme in `store::open`, run through the conformance suite
-//!   (`tests/it/store_suite.rs`). Today: `store/postgres` (+ `claim.rs`,
-//!   `claim.sql`), `store/sqlite`, and `store/shared` for what both build alike.
+//! - [`store`]: the authoritative store seam, split by capability, its row
+//!   types and `open`: [`store::StoreBase`] (the backend and the primary it
+//!   reaches), [`store::ClaimStore`] (the gate and group commit),
+//!   [`store::SlotStore`] and [`store::PublishStore`] (the relay's slots, and
+//!   a held slot's events; [`store::RelayStore`] is the two),
+//!   [`store::EffectStore`], [`store::OpsStore`] (reconcile, inspect,
+//!   redrive), [`store::AuditStore`] (the sealed trail) and
+//!   [`store::AdminStore`] (migrations, privileges, retention, health);
+//!   [`store::Store`] is their sum, and a component takes the capability it
+//!   uses. **A new store** is a room in `store/` implementing each capability
+//!   in a file of its own (as `store/postgres/slots.rs` the relay's two),
+//!   chosen by URL scheme in `store::open`, run on both backends by
+//!   `on_both_stores!` (`tests/it/main.rs`: the conformance suite). Rows are
+//!   read once for both in `store/rows`. Today: `store/postgres` (+ `claim.rs`,
+//!   `claim.sql`, `tx.rs`), `store/sqlite`, and `store/shared` for what both
+//!   build alike.
 //! - [`broker`]: the brokers, one room each (its sink, its reconcile
 //!   reader, its URL and wire format) and one registry table,
 //!   [`broker::BROKERS`]. **A new broker** is one room implementing
@@ -47,19 +64,24 @@
 //!   (`relay/share` the fair share, `relay/slot` one slot's step,
 //!   `relay/outage` the breaker, `relay/resize` the slot-count change);
 //!   store side: `store/slots` and `slots.rs` in each backend.
-//! - [`audit`]: audit rows written off the hot path; [`retention`]: the
-//!   §200.334 purge; [`seal`]: the sealed audit trail — the hash chain
-//!   (`seal/canonical`), its verification (`seal/verify`) and exports
-//!   (`seal/export`); `cli/audit` runs them from the command line.
+//! - [`reconcile`]: the ledger checked against itself and the broker
+//!   (`reconcile/compare` the comparisons, `reconcile/seen` what the broker
+//!   held, `reconcile/report`).
+//! - [`audit`]: audit rows written off the hot path (`audit/spool`: kept
+//!   through a kill); [`retention`]: the §200.334 purge; [`seal`]: the sealed
+//!   audit trail — the hash chain (`seal/canonical`), its verification
+//!   (`seal/verify`), exports (`seal/export`), signatures (`seal/signing`)
+//!   and anchors (`seal/anchor`); `cli/audit` runs them from the command line.
 //! - [`telemetry`]: OpenTelemetry traces (OTLP), the `traceparent` helpers
 //!   and [`trace_span!`], the only way spans for the exporter are made.
 //! - Leaves: [`error`] (the service error and its one mapping to a status,
-//!   store errors, `ConfigError`), [`metrics`], [`secret`] (masking),
-//!   [`time_fmt`].
+//!   store errors, `ConfigError`), [`metrics`], [`log_writer`], [`secret`]
+//!   (masking), [`time_fmt`].
 //!
 //! `tests/it/structure.rs` checks that no module imports another in a cycle
-//! (nor any file of a module another of its files, inside rooms too) and
-//! that no function grows past 60 lines.
+//! (nor any file of a module another of its files, inside rooms too), that
+//! no function grows past 60 lines nor any trait past 20 methods, and that
+//! every `DESIGN §N` names a section of `docs/DESIGN.md`.
 #![forbid(unsafe_code)]
 
 pub mod app;
