@@ -33,7 +33,8 @@
  * and RDS take many seconds). The timing parameter: LEASE < PROMOTE is what
  * the design needs (`-DLEASE=3` breaks it). An L1 or L2 read is one step: an
  * L2 read's own round trip (bounded by ONCEGATE_REDIS_TIMEOUT) adds to the
- * window in the code; README, "The cache window", gives the measured figure.
+ * window in the code; docs/GUARANTEES.md, "Failover, measured", gives the
+ * measured figure.
  *
  * Property answers_current_primary (an assertion at every cache answer):
  * the current primary holds the claim answered for.

@@ -11,8 +11,8 @@
  * non-strict synchronous_mode, an operator), cut or restore the standby's
  * stream, set or reset `synchronous_commit = local` for the app role.
  *
- * Postgres as modelled (the reload timing measured on PostgreSQL 15: README,
- * "A Postgres standby must be synchronous"):
+ * Postgres as modelled (the reload timing measured on PostgreSQL 15:
+ * docs/DEPLOYMENT.md, "A synchronous standby, all the time"):
  * - A reload is signalled by the postmaster to every session first and to
  *   the checkpointer last; a session takes it up before its next message
  *   (never within one); the checkpointer then updates the shared
@@ -42,7 +42,8 @@
  * it (one round trip), or set again and taken up by the claim's session
  * before the checkpointer, so that the COMMIT does not wait.
  * -DRESTORE_RACES drops the assumption and the model fails: that is the
- * remaining window, documented in README ("The synchronous-standby guard").
+ * remaining window, documented in docs/DEPLOYMENT.md ("A synchronous
+ * standby, all the time").
  *
  * Property acked_is_replicated (assertion at every CLAIMED answer): the
  * standby has the commit, so a failover to it keeps it.

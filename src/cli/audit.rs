@@ -1,5 +1,5 @@
 //! `oncegate audit seal | verify | export | keygen`: the sealed audit trail from the
-//! command line (README "Audit trail and retention").
+//! command line (`docs/AUDIT.md`).
 
 use crate::broker::{SinkSettings, SinkSpec};
 use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};

@@ -1,6 +1,6 @@
-//! The canonical encoding: what exactly is hashed (README "Audit trail and
-//! retention" documents it, `scripts/verify-audit-export` implements it in
-//! plain Python).
+//! The canonical encoding: what exactly is hashed (`docs/AUDIT.md`, "The
+//! canonical encoding", documents it, `scripts/verify-audit-export`
+//! implements it in plain Python).
 //!
 //! Every value is text (UTF-8): integers in decimal, times as RFC 3339 UTC
 //! with six fractional digits (`2026-11-29T10:00:00.000000Z`), booleans as

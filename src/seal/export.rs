@@ -1,5 +1,5 @@
 //! Exports: sealed rows, their seals and purge records as JSON Lines,
-//! readable without oncegate (README "Audit trail and retention";
+//! readable without oncegate (`docs/AUDIT.md`, "Verify and export";
 //! `scripts/verify-audit-export` checks one in plain Python).
 //!
 //! A file starts with a header line (`"type": "oncegate-audit-export"`,
@@ -308,7 +308,7 @@ impl OutFile {
             first_seal: self.first_seal,
             last_seal: self.last_seal,
             exported_at: rfc3339(crate::time_fmt::now_micros()),
-            encoding: "oncegate audit seal v1 (README: Audit trail and retention)".into(),
+            encoding: "oncegate audit seal v1 (docs/AUDIT.md: The canonical encoding)".into(),
         });
         let mut text = serde_json::to_string(&header).expect("export lines serialize");
         text.push('\n');

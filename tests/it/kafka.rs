@@ -388,7 +388,7 @@ async fn sink_down_at_start(url: &str, name: &str) {
         if name == "redis" {
             // Redis Streams is at least once: an XADD whose reply was lost
             // with the cut connection is sent again (consumers dedupe on
-            // the event id, README "Outbox relay"). JetStream dedupes on
+            // the event id, docs/RELAY.md "Sinks"). JetStream dedupes on
             // Nats-Msg-Id; Kafka's transactions make it exactly once.
             let repeats = drop_repeats(&mut entries);
             eprintln!("redis: {repeats} event(s) repeated across the outages");

@@ -14,7 +14,7 @@ Secret names, ports, app role and streams, as `--set` would add them), then:
    its audit spool from the emptyDir, and SIGTERM drains the claims in flight.
 
 Where podman differs from the kubelet, and how this test covers it, is in
-README.md ("Trying the chart's pod with podman").
+docs/DEPLOYMENT.md ("Trying the chart's pod with podman").
 
 Run through `scripts/image --pod` (which builds the images and the virtualenv);
 needs ONCEGATE_TEST_DATABASE_URL (a superuser) and ONCEGATE_TEST_REDIS_URL.

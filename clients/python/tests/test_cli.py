@@ -1,4 +1,4 @@
-"""docs/CONTRACT.md: invalid configuration exits 64 with a message naming the setting."""
+"""docs/OPERATING.md (the command line): invalid configuration exits 64 with a message naming the setting."""
 
 from __future__ import annotations
 
