@@ -1093,6 +1093,25 @@ def test_dashboard_is_a_configmap_for_the_grafana_sidecar():
         assert topic in titles, f"a panel for {topic}"
 
 
+def test_every_alert_points_at_its_runbook():
+    """runbook_url is the alert's section of docs/OPERATING.md: the base value +
+    "#" + the name in lower case, GitHub's anchor for the heading `### Name`
+    (the Rust suite's structure::docs checks each heading is there)."""
+    default = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseUrl"]
+    assert default.endswith("/docs/OPERATING.md"), default
+    values = load_values("observability")
+    for base in (default, "https://docs.example.org/oncegate/OPERATING.md"):
+        values["prometheusRule"]["runbookBaseUrl"] = base
+        rule = one(parse_manifests(render_raw(values)), "PrometheusRule")
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        assert len(alerts) >= 10
+        for r in alerts:
+            assert r["annotations"].get("runbook_url") == f"{base}#{r['alert'].lower()}", r["alert"]
+    values["prometheusRule"]["runbookBaseUrl"] = ""
+    rule = one(parse_manifests(render_raw(values)), "PrometheusRule")
+    assert all("runbook_url" not in r["annotations"] for g in rule["spec"]["groups"] for r in g["rules"])
+
+
 def test_prometheus_rule_alerts_on_what_an_operator_must_act_on():
     docs = render("observability")
     rule = one(docs, "PrometheusRule")

@@ -31,6 +31,17 @@ names, values and the image resolve the same way from both places.
 {{- printf "%s-%s" $base $suffix -}}
 {{- end }}
 
+{{/*
+An alert's runbook_url annotation, (list base "AlertName"): the alert's section
+of docs/OPERATING.md, whose heading is the alert's name (GitHub's anchor: the
+name in lower case). Nothing when the base is empty.
+*/}}
+{{- define "oncegate.runbookUrl" -}}
+{{- if index . 0 -}}
+runbook_url: {{ printf "%s#%s" (index . 0) (lower (index . 1)) | quote }}
+{{- end -}}
+{{- end }}
+
 {{- define "oncegate.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end }}
