@@ -80,8 +80,9 @@
 //!
 //! `tests/it/structure.rs` checks that no module imports another in a cycle
 //! (nor any file of a module another of its files, inside rooms too), that
-//! no function grows past 60 lines nor any trait past 20 methods, and that
-//! every `DESIGN §N` names a section of `docs/DESIGN.md`.
+//! no function grows past 60 lines nor any trait past 20 methods, that
+//! every `DESIGN §N` names a section of `docs/DESIGN.md`, and that the
+//! README's map of the repository links every module declared here.
 #![forbid(unsafe_code)]
 
 pub mod app;

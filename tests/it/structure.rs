@@ -18,9 +18,12 @@
 //! it is. A file's `#[cfg(test)] mod tests` is not part of its graph.
 //!
 //! [`design_refs`]: every `DESIGN §N` in the repository names a section of
-//! `docs/DESIGN.md`.
+//! `docs/DESIGN.md`. [`docs`]: every relative link in the README and `docs/`
+//! resolves, every shipped alert has its runbook, every test the guarantees
+//! name exists, and the README's map names every module.
 
 mod design_refs;
+mod docs;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
