@@ -210,7 +210,7 @@ class KafkaGateConsumer:
         self.failures.pop(tp, None)
         d = decision.disbursement
         self.emit(msg, outcome=decision.outcome.value, key=decision.idempotency_key,
-                  disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
+                  disbursement_id=d.id, sequence=d.sequence,
                   decided_by=decision.decided_by.value)
         self.decided[tp] = msg.offset() + 1
         self.since_commit += 1
