@@ -13,6 +13,6 @@ const run = (...args) => execFileSync(npm, args, { cwd: here, stdio: "inherit" }
 const tools = ["buf", "protoc-gen-es", "tsc"].map((t) => `node_modules/.bin/${t}`);
 if (!tools.every((t) => existsSync(new URL(`../${t}`, import.meta.url)))) {
   // --ignore-scripts: not this prepare again (buf runs without its postinstall).
-  run("ci", "--ignore-scripts", "--no-audit", "--no-fund", "--include=dev");
+  run("ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline", "--include=dev");
 }
 run("run", "build");
