@@ -355,51 +355,12 @@ async fn a_failing_serve_says_so_once_and_last_in_either_log_format() {
 #[tokio::test]
 async fn serve_says_where_it_listens_once_in_either_log_format() {
     let db = TestDb::new(Kind::Sqlite).await;
-    let dir = tempfile::tempdir().unwrap();
     for format in ["text", "json"] {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
-        let mut child = tokio::process::Command::new(oncegate_bin())
-            .args(["serve", "--database-url", &db.url, "--listen", &listen])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("ONCEGATE_METRICS_LISTEN", "127.0.0.1:0")
-            .env("ONCEGATE_PURGE_INTERVAL", "0s")
-            .env("ONCEGATE_LOG_FORMAT", format)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        // The line itself is the state to wait for: it is logged once the
-        // SIGTERM handler is in place (the listener is bound before that).
+        let (listen, run) = serve_until_sigterm(&db.url, format).await;
+        assert_eq!(run.code, Some(0), "{format}: {run:?}");
+        assert_eq!(run.stdout, "", "{format}: nothing on stdout");
         let says = format!("listening on {listen}");
-        let up = eventually(Duration::from_secs(20), || {
-            let (err, says) = (err.clone(), says.clone());
-            async move { std::fs::read_to_string(&err).is_ok_and(|t| t.contains(&says)) }
-        })
-        .await;
-        assert!(
-            up,
-            "{format}: {}",
-            std::fs::read_to_string(&err).unwrap_or_default()
-        );
-        let pid = child.id().unwrap().to_string();
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-            .await
-            .expect("stops on SIGTERM")
-            .unwrap();
-        let (stdout, stderr) = (
-            std::fs::read_to_string(&out).unwrap(),
-            std::fs::read_to_string(&err).unwrap(),
-        );
-        assert!(status.success(), "{format}: {status:?}\n{stderr}");
-        assert_eq!(stdout, "", "{format}: nothing on stdout");
+        let stderr = &run.stderr;
         assert_eq!(stderr.matches(&says).count(), 1, "{format}: once\n{stderr}");
         if format == "json" {
             let records: Vec<serde_json::Value> = stderr
@@ -414,6 +375,52 @@ async fn serve_says_where_it_listens_once_in_either_log_format() {
             assert_eq!(banner[0]["level"], "INFO", "{stderr}");
         }
     }
+}
+
+/// `serve` on `db_url` with `ONCEGATE_LOG_FORMAT=format` on a free port,
+/// stopped with SIGTERM once it said where it listens (that line is logged
+/// once its SIGTERM handler is in place; the listener is bound before that):
+/// the address and everything it wrote.
+async fn serve_until_sigterm(db_url: &str, format: &str) -> (String, Run) {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = tokio::process::Command::new(oncegate_bin())
+        .args(["serve", "--database-url", db_url, "--listen", &listen])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("ONCEGATE_METRICS_LISTEN", "127.0.0.1:0")
+        .env("ONCEGATE_PURGE_INTERVAL", "0s")
+        .env("ONCEGATE_LOG_FORMAT", format)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let says = format!("listening on {listen}");
+    let up = eventually(Duration::from_secs(20), || {
+        let (err, says) = (err.clone(), says.clone());
+        async move { std::fs::read_to_string(&err).is_ok_and(|t| t.contains(&says)) }
+    })
+    .await;
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap_or_default();
+    assert!(up, "{format}: {}", read(&err));
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stops on SIGTERM")
+        .unwrap();
+    let run = Run {
+        code: status.code(),
+        stdout: read(&out),
+        stderr: read(&err),
+    };
+    (listen, run)
 }
 
 /// `submit` whose reader closed the pipe before the answer came, and `key
