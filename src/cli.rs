@@ -253,6 +253,30 @@ pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// An error and its causes on one line, as `{:#}` writes them but with each
+/// message said once: a cause whose text the line already ends with (the
+/// same words one layer down, as hyper's `tcp connect error: tcp connect
+/// error`, or a message that already quotes its source) is left out.
+pub fn error_text(e: &anyhow::Error) -> String {
+    chain_text(e.chain())
+}
+
+/// [`error_text`] over any chain of causes, outermost first.
+pub fn chain_text<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    let mut text = String::new();
+    for cause in chain {
+        let message = cause.to_string();
+        if message.is_empty() || text.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
+}
+
 /// Runs one resolved subcommand.
 pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
     match job {
@@ -278,10 +302,11 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
 async fn serve(config: AppConfig, described: String) -> anyhow::Result<ExitCode> {
     tracing::info!(config = %described, "starting");
     let app = App::build(config).await?;
-    let banner = app.banner();
-    tracing::info!("{banner}");
-    eprintln!("{banner}");
-    app.run_until_shutdown(crate::shutdown::signal()).await?;
+    // Before the banner: once it says "listening", SIGTERM drains.
+    let signal = crate::shutdown::signal();
+    // Once, as a log record: with JSON logs every line stays a record.
+    tracing::info!("{}", app.banner());
+    app.run_until_shutdown(signal).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -429,6 +454,27 @@ mod tests {
 
     fn resolve(argv: &[&str]) -> Result<Job, ConfigError> {
         Cli::try_parse_from(argv).expect("parses").command.resolve()
+    }
+
+    #[test]
+    fn each_cause_of_an_error_is_said_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Layer(&'static str, #[source] Option<Box<Layer>>);
+        let layer = |m, inner: Option<Layer>| Layer(m, inner.map(Box::new));
+        // hyper's connect error wraps its own kind: the same words twice.
+        let root = layer("Connection refused (os error 111)", None);
+        let twice = layer("tcp connect error", Some(layer("tcp connect error", Some(root))));
+        let e = anyhow::Error::from(twice).context("connecting");
+        assert_eq!(
+            error_text(&e),
+            "connecting: tcp connect error: Connection refused (os error 111)"
+        );
+        // A message that already quotes its source; an empty one.
+        let quoted = layer("reading x: gone", Some(layer("gone", None)));
+        assert_eq!(error_text(&anyhow::Error::from(quoted)), "reading x: gone");
+        let empty = layer("outer", Some(layer("", Some(layer("inner", None)))));
+        assert_eq!(error_text(&anyhow::Error::from(empty)), "outer: inner");
     }
 
     #[test]

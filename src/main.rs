@@ -78,19 +78,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error, once: a log record when the logs are JSON (a collector reads
+/// An error, once (each cause in its chain once too, [`oncegate::cli::error_text`]): a log record when the logs are JSON (a collector reads
 /// one stream of records), else an `error:` line on stderr (where the text
 /// logs go too: the two would say the same thing twice), written after the
 /// log lines still buffered, so it is the last thing the command says.
 fn report(format: LogFormat, e: &anyhow::Error, log_guard: Option<log_writer::Guard>) {
     match format {
         LogFormat::Json => {
-            tracing::error!(error = format!("{e:#}"), "oncegate failed");
+            tracing::error!(error = oncegate::cli::error_text(e), "oncegate failed");
             drop(log_guard);
         }
         LogFormat::Text => {
             drop(log_guard);
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", oncegate::cli::error_text(e));
         }
     }
 }

@@ -91,13 +91,18 @@ impl Stop {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when the future is first polled: a signal that comes in
+/// between is kept, not the default action that ends the process undrained.
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "signal received"),
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
+            _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+        }
     }
 }
 

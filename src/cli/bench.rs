@@ -263,14 +263,7 @@ async fn client_loop(
 async fn channels(target: &Target, n: usize) -> anyhow::Result<Vec<Channel>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
-        out.push(
-            target
-                .endpoint()
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .with_context(|| format!("connecting to the sidecar at {target} (--target)"))?,
-        );
+        out.push(target.connect_with(target.endpoint().tcp_nodelay(true)).await?);
     }
     Ok(out)
 }

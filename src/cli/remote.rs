@@ -36,11 +36,71 @@ impl Target {
 
     /// Connects, naming the target in the error.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
-        self.endpoint()
+        self.connect_with(self.endpoint()).await
+    }
+
+    /// Connects through `endpoint` (this target's, further configured).
+    pub async fn connect_with(&self, endpoint: Endpoint) -> anyhow::Result<Channel> {
+        endpoint
             .connect()
             .await
-            .with_context(|| format!("connecting to the sidecar at {self} (--target)"))
+            .map_err(|e| Unreachable::new(self, &e).into())
     }
+
+    /// `host:port` as the user gives it and `serve` prints it.
+    fn authority(&self) -> &str {
+        self.0.split_once("://").map_or(&self.0, |(_, rest)| rest)
+    }
+}
+
+/// No connection to a sidecar: the target, the cause with each message once
+/// (tonic's "transport error" wrapper left out), and, when nothing answered
+/// there, what to check.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to the sidecar at {target} (--target): {cause}{hint}")]
+pub struct Unreachable {
+    target: String,
+    cause: String,
+    hint: String,
+}
+
+impl Unreachable {
+    fn new(target: &Target, e: &tonic::transport::Error) -> Self {
+        use std::error::Error;
+        let chain = || std::iter::successors(e.source(), |c| (*c).source());
+        let cause = crate::cli::chain_text(chain());
+        let nobody_there = chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| nothing_answers(io.kind()))
+        });
+        let hint = if nobody_there {
+            format!("; is `oncegate serve` running on {}?", target.authority())
+        } else {
+            String::new()
+        };
+        Self {
+            target: target.to_string(),
+            cause: if cause.is_empty() { e.to_string() } else { cause },
+            hint,
+        }
+    }
+}
+
+/// An error that says no server took the connection (rather than one that
+/// refused it: TLS, a name that does not resolve).
+fn nothing_answers(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        kind,
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | NotConnected
+            | TimedOut
+            | HostUnreachable
+            | NetworkUnreachable
+            | AddrNotAvailable
+    )
 }
 
 impl std::fmt::Display for Target {

@@ -246,9 +246,21 @@ async fn an_error_is_printed_once_and_without_a_backtrace() {
         assert_eq!(unreachable.stderr.lines().count(), 1, "once: {unreachable:?}");
         assert!(
             unreachable.stderr.starts_with(&format!(
-                "error: connecting to the sidecar at http://{nobody} (--target)"
+                "error: cannot connect to the sidecar at http://{nobody} (--target): "
             )) && unreachable.stderr.contains("onnection refused"),
             "names what is missing: {unreachable:?}"
+        );
+        assert!(
+            unreachable
+                .stderr
+                .trim_end()
+                .ends_with(&format!("is `oncegate serve` running on {nobody}?")),
+            "says what to check: {unreachable:?}"
+        );
+        assert_eq!(
+            unreachable.stderr.matches("connect error").count(),
+            1,
+            "each cause once: {unreachable:?}"
         );
         let refused = oncegate(
             &[
@@ -334,6 +346,81 @@ async fn a_failing_serve_says_so_once_and_last_in_either_log_format() {
         );
         assert_eq!(records.last(), Some(errors[0]), "last: {run:?}");
     }
+}
+
+/// `serve` says where it listens once, as a log record (not a log line and
+/// a bare copy of it): in text, one line; in JSON, one record among records,
+/// every line of stderr a record. Nothing on stdout. Counted over everything
+/// it wrote, after it stopped on SIGTERM.
+#[tokio::test]
+async fn serve_says_where_it_listens_once_in_either_log_format() {
+    let db = TestDb::new(Kind::Sqlite).await;
+    for format in ["text", "json"] {
+        let (listen, run) = serve_until_sigterm(&db.url, format).await;
+        assert_eq!(run.code, Some(0), "{format}: {run:?}");
+        assert_eq!(run.stdout, "", "{format}: nothing on stdout");
+        let says = format!("listening on {listen}");
+        let stderr = &run.stderr;
+        assert_eq!(stderr.matches(&says).count(), 1, "{format}: once\n{stderr}");
+        if format == "json" {
+            let records: Vec<serde_json::Value> = stderr
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+                .collect();
+            let banner: Vec<_> = records
+                .iter()
+                .filter(|r| r["message"].as_str().is_some_and(|m| m.contains(&says)))
+                .collect();
+            assert_eq!(banner.len(), 1, "{stderr}");
+            assert_eq!(banner[0]["level"], "INFO", "{stderr}");
+        }
+    }
+}
+
+/// `serve` on `db_url` with `ONCEGATE_LOG_FORMAT=format` on a free port,
+/// stopped with SIGTERM once it said where it listens (that line is logged
+/// once its SIGTERM handler is in place; the listener is bound before that):
+/// the address and everything it wrote.
+async fn serve_until_sigterm(db_url: &str, format: &str) -> (String, Run) {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = tokio::process::Command::new(oncegate_bin())
+        .args(["serve", "--database-url", db_url, "--listen", &listen])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("ONCEGATE_METRICS_LISTEN", "127.0.0.1:0")
+        .env("ONCEGATE_PURGE_INTERVAL", "0s")
+        .env("ONCEGATE_LOG_FORMAT", format)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let says = format!("listening on {listen}");
+    let up = eventually(Duration::from_secs(20), || {
+        let (err, says) = (err.clone(), says.clone());
+        async move { std::fs::read_to_string(&err).is_ok_and(|t| t.contains(&says)) }
+    })
+    .await;
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap_or_default();
+    assert!(up, "{format}: {}", read(&err));
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stops on SIGTERM")
+        .unwrap();
+    let run = Run {
+        code: status.code(),
+        stdout: read(&out),
+        stderr: read(&err),
+    };
+    (listen, run)
 }
 
 /// `submit` whose reader closed the pipe before the answer came, and `key

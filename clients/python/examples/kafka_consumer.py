@@ -35,13 +35,14 @@ value = the disbursement.recorded event JSON, headers event_id/event_type)
 are a downstream record, not a submission: they carry no
 submission_timestamp or payload, and this consumer would dead-letter them as
 MALFORMED. A message's `message_id` header (or `event_id`) is echoed in the
-output lines. Each handled message is printed to stdout as one JSON line, before
-its offset is committed; and before each offset commit (a commit of decided
-offsets, or a dead letter's transaction) a line `{"consumer": …, "commit":
-[[partition, next offset], …]}` says what is about to be committed: a decision
-printed after the last commit line covering its partition was not committed
-(the message is read again after a crash). Logs go to stderr. Payloads are
-never logged.
+output lines. Each handled message (decided or dead-lettered) is printed to
+stdout as one JSON line, before its offset is committed; and before each
+offset commit (a commit of decided offsets, or a dead letter's transaction) a
+line `{"consumer": …, "commit": [[partition, next offset], …]}` says what is
+about to be committed: a line printed after the last commit line covering its
+partition was not committed (the message is read again after a crash). A
+commit that fails is logged, and its messages are read again. Logs go to
+stderr. Payloads are never logged.
 
     python kafka_consumer.py --bootstrap-servers kafka:9092 --topic grants \\
         --group grants-workers --dead-letter-topic grants.dead --consumer "$POD_NAME"
@@ -209,7 +210,7 @@ class KafkaGateConsumer:
         self.failures.pop(tp, None)
         d = decision.disbursement
         self.emit(msg, outcome=decision.outcome.value, key=decision.idempotency_key,
-                  disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
+                  disbursement_id=d.id, sequence=d.sequence,
                   decided_by=decision.decided_by.value)
         self.decided[tp] = msg.offset() + 1
         self.since_commit += 1
@@ -238,6 +239,12 @@ class KafkaGateConsumer:
                                                ("oncegate_error_message", reason.encode()),
                                                ("oncegate_source", f"{msg.topic()}/{msg.partition()}/{msg.offset()}".encode())]
         offsets = [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)]
+        # As for a decision: the message's line, then the commit line, then
+        # the commit (here the transaction). Killed after the commit, the
+        # line is already out; killed before it, the message is read again
+        # and dead-lettered again (the aborted transaction's copy is never
+        # seen by a read_committed reader).
+        self.emit(msg, outcome="DEAD_LETTER", code=code, message=reason)
         self.emit_commit(offsets)
         try:
             self.producer.begin_transaction()
@@ -245,24 +252,22 @@ class KafkaGateConsumer:
             self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
             self.producer.commit_transaction(30)
             self.decided.pop((msg.topic(), msg.partition()), None)  # committed past them
-            done = True
         except KafkaException as exc:
-            log.warning("dead-letter transaction failed partition=%d offset=%d: %s",
+            log.warning("dead-letter transaction failed partition=%d offset=%d, read again: %s",
                         msg.partition(), msg.offset(), exc)
             try:
                 self.producer.abort_transaction(30)
             except KafkaException:
                 pass
-            # Not decided: read it again.
+            # Not committed: read it again.
             part = TopicPartition(msg.topic(), msg.partition(), msg.offset())
             try:
                 self.consumer.seek(part)
             except KafkaException:
                 pass
-            done = False
+            return
         log.error("dead-lettered partition=%d offset=%d code=%s reason=%s",
                   msg.partition(), msg.offset(), code, reason)
-        self.emit(msg, outcome="DEAD_LETTER", code=code, message=reason, committed=done)
 
     def emit_commit(self, offsets: list[TopicPartition]) -> None:
         """The commit line: printed before the commit is sent, so every

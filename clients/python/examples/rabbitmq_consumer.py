@@ -235,7 +235,7 @@ class RabbitConsumer:
         self.failures = 0
         d = decision.disbursement
         self.emit(message, outcome=decision.outcome.value, key=decision.idempotency_key,
-                  disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
+                  disbursement_id=d.id, sequence=d.sequence,
                   decided_by=decision.decided_by.value, acked=acked)
 
     async def dead_letter(self, message: AbstractIncomingMessage, code: str, reason: str) -> None:

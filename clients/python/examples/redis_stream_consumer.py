@@ -205,7 +205,7 @@ class StreamConsumer:
         self.failures = 0
         d = decision.disbursement
         self.emit(entry_id, outcome=decision.outcome.value, key=decision.idempotency_key,
-                  disbursement_id=d.id if d else None, sequence=d.sequence if d else None,
+                  disbursement_id=d.id, sequence=d.sequence,
                   decided_by=decision.decided_by.value)
         return True
 

@@ -104,3 +104,23 @@ def test_http_target_form_is_accepted(make_gate):
     with make_gate(f"http://127.0.0.1:{free_port()}/", timeout=5) as gate:
         with pytest.raises(Unavailable):
             gate.lookup("0" * 64)
+
+
+def test_a_decision_without_its_disbursement_is_not_an_answer():
+    """The sidecar always sends a Decision's disbursement (the type says so):
+    one without is an UNKNOWN error, raised, or an item's error in a batch."""
+    from oncegate import _common, _stubs
+
+    pb = _stubs.gate_pb2
+    whole = pb.Decision(outcome=pb.CLAIMED, idempotency_key="k", decided_by=pb.DATABASE,
+                        disbursement=pb.Disbursement(id="d", award_id="A", amount_cents=1,
+                                                     recorded_at="2026-11-29T10:57:45.000000Z", sequence=1))
+    assert _common.decision(whole).disbursement.id == "d"
+    bare = pb.Decision(outcome=pb.CLAIMED, idempotency_key="k", decided_by=pb.DATABASE)
+    with pytest.raises(GateError, match="without its disbursement") as raised:
+        _common.decision(bare)
+    assert raised.value.code == grpc.StatusCode.UNKNOWN and not raised.value.poison
+    batch = pb.SubmitBatchResponse(results=[pb.Result(decision=whole), pb.Result(decision=bare)])
+    first, second = _common.batch_results(batch)
+    assert first.disbursement.id == "d"
+    assert isinstance(second, GateError) and "without its disbursement" in second.message

@@ -400,6 +400,50 @@ def test_kafka_consumers_killed_in_a_group_give_an_exact_ledger_and_dead_letters
         delete_topics(kafka_bootstrap, topic, dlt)
 
 
+def test_kafka_consumer_prints_each_line_before_the_commit_that_covers_it(oncegate_bin, tmp_path, kafka_bootstrap,
+                                                                       unique, seed):
+    """The output's rule (README, "A Kafka consumer"): a commit line is printed
+    before the commit it announces, and every message's line before the first
+    commit line covering it; so a line printed after the last commit line
+    covering its partition is not yet committed. It holds for decisions and
+    for dead letters alike (a dead letter's line once came after its commit
+    line, marked committed: a kill in between lost a committed message's line)."""
+    rng = random.Random(seed)
+    topic, dlt, group = f"oncegate-test.{unique}", f"oncegate-test.{unique}.dead", f"pytest-{unique}"
+    create_topics(kafka_bootstrap, (topic, 1), (dlt, 1))
+    valid = [random_submission(rng, award_id=f"AWD-{unique}") for _ in range(3)]
+    bodies = [("v0", body_of(valid[0])), ("p0", b"not json"), ("v1", body_of(valid[1])),
+              ("d0", body_of(valid[0])), ("p1", body_of(replace(valid[2], amount_cents=0))), ("v2", body_of(valid[2]))]
+    sidecar = start_sidecar(oncegate_bin, tmp_path / "sidecar")
+    consumer = None
+    try:
+        produce(kafka_bootstrap, topic, [(mid, b"k", body) for mid, body in bodies])
+        consumer = ConsumerProcess(f"kc-{unique}", ["--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                                                    "--group", group, "--dead-letter-topic", dlt,
+                                                    "--target", sidecar.target])
+        last = len(bodies) - 1
+        wait_for(lambda: any(p == 0 and o > last for x in list(consumer.events) for p, o in x.get("commit", [])),
+                 60, "a commit line past the last message", [consumer])
+        assert consumer.terminate() == 0, consumer.log_tail()
+        events = consumer.events
+        outcomes = {x["message_id"]: x["outcome"] for x in events if "outcome" in x}
+        assert outcomes == {"v0": "CLAIMED", "p0": "DEAD_LETTER", "v1": "CLAIMED", "d0": "DUPLICATE",
+                            "p1": "DEAD_LETTER", "v2": "CLAIMED"}, events
+        for i, x in enumerate(events):
+            if "outcome" not in x:
+                continue
+            covering = [j for j, c in enumerate(events)
+                        if any(p == x["partition"] and o > x["offset"] for p, o in c.get("commit", []))]
+            assert covering and covering[0] > i, f"line {i} {x} printed after the commit line covering it: {events}"
+        assert all("committed" not in x for x in events), "a line printed before its commit cannot know the commit's fate"
+        assert len(read_all(kafka_bootstrap, dlt, 2)) == 2
+    finally:
+        if consumer is not None:
+            consumer.kill()
+        sidecar.stop()
+        delete_topics(kafka_bootstrap, topic, dlt)
+
+
 def test_kafka_consumer_waits_out_a_sidecar_outage_without_loss(oncegate_bin, tmp_path, kafka_bootstrap, unique,
                                                                seed):
     rng = random.Random(seed)

@@ -158,8 +158,8 @@ class KafkaGateConsumer {
     try {
       const d = await this.gate.submit(submission, { traceparent: header(m, "traceparent") });
       // The line goes out before the commit: a committed message is never read again.
-      this.emit(partition, m, { outcome: d.outcome, key: d.idempotencyKey, disbursement_id: d.disbursement?.id,
-        sequence: Number(d.disbursement?.sequence), decided_by: d.decidedBy });
+      this.emit(partition, m, { outcome: d.outcome, key: d.idempotencyKey, disbursement_id: d.disbursement.id,
+        sequence: Number(d.disbursement.sequence), decided_by: d.decidedBy });
     } catch (err) {
       if (actionFor(err) === "dead-letter") {
         const e = err as GateError;

@@ -31,10 +31,16 @@ export interface Disbursement {
   /** Per award, 1, 2, 3, ... in commit order. */
   sequence: bigint;
 }
+/** The sidecar's answer to a delivery: CLAIMED (first time, committed now) or
+ * DUPLICATE (committed before), with the stored disbursement, identical on
+ * the first answer and every duplicate. Either way: commit or ack. */
 export interface Decision {
   outcome: Outcome;
+  /** The key the sidecar used: derived (64 hex characters) or the producer's. */
   idempotencyKey: string;
-  disbursement: Disbursement | null;
+  /** Always present: the sidecar answers no Decision without its row. */
+  disbursement: Disbursement;
+  /** The tier that answered. */
   decidedBy: Tier;
 }
 /** Begin's answer: this caller holds the lease, or the stored response. */
@@ -167,6 +173,7 @@ export class Gate {
     return bytes;
   }
 
+  /** Closes the connection (both services share it); calls after this fail. */
   close(): void {
     this.stub.close();
   }
@@ -220,18 +227,27 @@ function submissionPb(s: Submission) {
   });
 }
 
-function decisionOf(d: DecisionPb): Decision {
+/** The Decision, or the GateError a Decision without its disbursement is (the
+ * sidecar always sends it: one without is not an answer to act on). */
+function decisionOrError(d: DecisionPb): Decision | GateError {
   const b = d.disbursement;
+  if (!b) return errorForStatus(grpc.status.UNKNOWN, "sidecar answered a Decision without its disbursement");
   return {
     outcome: OutcomePb[d.outcome] as Outcome,
     idempotencyKey: d.idempotencyKey,
-    disbursement: b ? { id: b.id, awardId: b.awardId, amountCents: b.amountCents, recordedAt: b.recordedAt, sequence: b.sequence } : null,
+    disbursement: { id: b.id, awardId: b.awardId, amountCents: b.amountCents, recordedAt: b.recordedAt, sequence: b.sequence },
     decidedBy: TierPb[d.decidedBy] as Tier,
   };
 }
 
+function decisionOf(d: DecisionPb): Decision {
+  const decision = decisionOrError(d);
+  if (decision instanceof GateError) throw decision;
+  return decision;
+}
+
 function batchResult(r: ResultPb): Decision | GateError {
-  if (r.result.case === "decision") return decisionOf(r.result.value);
+  if (r.result.case === "decision") return decisionOrError(r.result.value);
   if (r.result.case === "error") return errorForStatus(r.result.value.code, r.result.value.message);
   return errorForStatus(grpc.status.UNKNOWN, "sidecar returned an empty result");
 }

@@ -51,7 +51,8 @@ test("every outcome against the real sidecar, as the errors a TypeScript consume
   try {
     const first = await gate.submit(sub("AWD-1", TS, "p", 125_000));
     assert.equal(first.outcome, "CLAIMED");
-    assert.equal(first.disbursement?.sequence, 1n);
+    // (no ?.: the type says a Decision always carries its disbursement)
+    assert.equal(first.disbursement.sequence, 1n);
     assert.equal(first.decidedBy, "DATABASE");
     const again = await gate.submit(sub("AWD-1", TS, "p", 125_000));
     assert.equal(again.outcome, "DUPLICATE");

@@ -197,7 +197,7 @@ async function checkLedger(sc: Sidecar, subs: Submission[], aborted: Submission[
   try {
     for (const s of subs) {
       const d = await gate.lookup(keyOf(s));
-      assert.ok(d && d.disbursement?.awardId === s.awardId && d.disbursement.amountCents === BigInt(s.amountCents),
+      assert.ok(d && d.disbursement.awardId === s.awardId && d.disbursement.amountCents === BigInt(s.amountCents),
         `no exact decision stored for key ${keyOf(s).slice(0, 12)}`);
       const [n, sum] = want.get(s.awardId) ?? [0, 0n];
       want.set(s.awardId, [n + 1, sum + BigInt(s.amountCents)]);

@@ -169,20 +169,21 @@ def health_request(service: str):
 
 
 def decision(pb) -> Decision:
-    disbursement = None
-    if pb.HasField("disbursement"):
-        d = pb.disbursement
-        disbursement = Disbursement(
+    """The Decision; a GateError (UNKNOWN) is raised for one without its
+    disbursement, which the sidecar never sends: not an answer to act on."""
+    if not pb.HasField("disbursement"):
+        raise error_for_status(grpc.StatusCode.UNKNOWN, "sidecar answered a Decision without its disbursement")
+    d = pb.disbursement
+    return Decision(
+        outcome=Outcome(_stubs.gate_pb2.Outcome.Name(pb.outcome)),
+        idempotency_key=pb.idempotency_key,
+        disbursement=Disbursement(
             id=d.id,
             award_id=d.award_id,
             amount_cents=d.amount_cents,
             recorded_at=d.recorded_at,
             sequence=d.sequence,
-        )
-    return Decision(
-        outcome=Outcome(_stubs.gate_pb2.Outcome.Name(pb.outcome)),
-        idempotency_key=pb.idempotency_key,
-        disbursement=disbursement,
+        ),
         decided_by=Tier(_stubs.gate_pb2.Tier.Name(pb.decided_by)),
     )
 
@@ -193,7 +194,10 @@ def batch_results(response) -> list[Decision | GateError]:
     for result in response.results:
         kind = result.WhichOneof("result")
         if kind == "decision":
-            results.append(decision(result.decision))
+            try:
+                results.append(decision(result.decision))
+            except GateError as e:
+                results.append(e)
         elif kind == "error":
             results.append(error_for_status(result.error.code, result.error.message))
         else:

@@ -80,7 +80,8 @@ class Decision:
 
     outcome: Outcome
     idempotency_key: str
-    disbursement: Disbursement | None
+    #: Always there: the row the first delivery wrote, the same on every duplicate.
+    disbursement: Disbursement
     decided_by: Tier
 
     @property

@@ -2,7 +2,11 @@ package io.oncegate.client;
 
 /** What {@code Effects.Begin} answered: the lease, or the stored response. */
 public sealed interface Begun permits Begun.Acquired, Begun.Completed {
-    /** The attempt: 1 the first time; more when an earlier attempt was released or expired. */
+    /**
+     * The attempt.
+     *
+     * @return 1 the first time; more when an earlier attempt was released or expired
+     */
     int attempt();
 
     /**

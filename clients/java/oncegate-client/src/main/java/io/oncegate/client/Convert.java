@@ -32,12 +32,13 @@ final class Convert {
             default:
                 throw GateErrors.forStatus(io.grpc.Status.Code.UNKNOWN, "sidecar answered outcome " + d.getOutcome());
         }
-        Disbursement disbursement = null;
-        if (d.hasDisbursement()) {
-            GateOuterClass.Disbursement r = d.getDisbursement();
-            disbursement = new Disbursement(r.getId(), r.getAwardId(), r.getAmountCents(), r.getRecordedAt(),
-                    r.getSequence());
+        if (!d.hasDisbursement()) {
+            // The sidecar always sends it: a Decision without one is not an answer to act on.
+            throw GateErrors.forStatus(io.grpc.Status.Code.UNKNOWN, "sidecar answered a Decision without its disbursement");
         }
+        GateOuterClass.Disbursement r = d.getDisbursement();
+        Disbursement disbursement = new Disbursement(r.getId(), r.getAwardId(), r.getAmountCents(), r.getRecordedAt(),
+                r.getSequence());
         return new Decision(outcome, d.getIdempotencyKey(), disbursement, tier(d.getDecidedBy()));
     }
 

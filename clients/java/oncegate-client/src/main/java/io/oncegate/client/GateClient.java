@@ -62,11 +62,22 @@ public final class GateClient implements AutoCloseable {
         this.validate = b.validate;
     }
 
-    /** A client of the sidecar at {@code target} with the default settings. */
+    /**
+     * A client of the sidecar at {@code target} with the default settings. The
+     * connection is made on the first call, not here.
+     *
+     * @param target {@code host:port} or {@code http://host:port} (plaintext), {@code https://host:port} (TLS)
+     * @return the client; close it when done
+     */
     public static GateClient connect(String target) {
         return builder().target(target).build();
     }
 
+    /**
+     * Settings other than the defaults: target, deadline, a channel of your own.
+     *
+     * @return a builder with the defaults ({@value #DEFAULT_TARGET}, 10 s)
+     */
     public static Builder builder() {
         return new Builder();
     }
@@ -90,7 +101,18 @@ public final class GateClient implements AutoCloseable {
 
     // -- Gate ----------------------------------------------------------------
 
-    /** Decides one delivery: CLAIMED or DUPLICATE; any error is thrown. */
+    /**
+     * Decides one delivery: {@code Gate.Submit}. Acknowledge the broker only
+     * after this returned.
+     *
+     * @param s the delivery
+     * @return the {@link Decision}: CLAIMED (committed by this call) or DUPLICATE (committed
+     *     before), its key, the disbursement the first delivery wrote (the same on every
+     *     duplicate, never null) and the tier that answered
+     * @throws GateException the sidecar's refusal or the call's failure: {@link GateException#isPoison()}
+     *     dead-letter, {@link GateException#isRetryable()} do not acknowledge (redelivered), neither
+     *     a deployment problem
+     */
     public Decision submit(Submission s) throws GateException {
         return submit(s, null);
     }
@@ -99,6 +121,13 @@ public final class GateClient implements AutoCloseable {
      * As {@link #submit(Submission)}, continuing the W3C trace
      * {@code traceparent} (the broker message's header, say): the sidecar's
      * span and the outbox event carry it on.
+     *
+     * @param s the delivery
+     * @param traceparent a W3C {@code traceparent}, or null
+     * @return the {@link Decision}, as {@link #submit(Submission)}
+     * @throws GateException the sidecar's refusal or the call's failure: {@link GateException#isPoison()}
+     *     dead-letter, {@link GateException#isRetryable()} do not acknowledge (redelivered), neither
+     *     a deployment problem
      */
     public Decision submit(Submission s, String traceparent) throws GateException {
         if (validate) {
@@ -107,7 +136,19 @@ public final class GateClient implements AutoCloseable {
         return Convert.decision(call(GateGrpc.getSubmitMethod(), Convert.submission(s), traceparent));
     }
 
-    /** Decides one delivery whose key is derived. */
+    /**
+     * Decides one delivery whose key is derived: {@link #submit(Submission)} of
+     * {@link Submission#of(String, String, byte[], long)}.
+     *
+     * @param awardId the award id
+     * @param submissionTimestamp an RFC 3339 date-time, used verbatim in the key
+     * @param payload the payload bytes
+     * @param amountCents the amount, greater than 0
+     * @return the {@link Decision}, as {@link #submit(Submission)}
+     * @throws GateException the sidecar's refusal or the call's failure: {@link GateException#isPoison()}
+     *     dead-letter, {@link GateException#isRetryable()} do not acknowledge (redelivered), neither
+     *     a deployment problem
+     */
     public Decision submit(String awardId, String submissionTimestamp, byte[] payload, long amountCents)
             throws GateException {
         return submit(Submission.of(awardId, submissionTimestamp, payload, amountCents));
@@ -117,6 +158,10 @@ public final class GateClient implements AutoCloseable {
      * Decides many deliveries: one result per item, in order. An item's error
      * is returned in its {@link BatchResult} (an item this client's validation
      * refused never leaves it); a failure of the whole call is thrown.
+     *
+     * @param submissions the deliveries; two with one key: the first CLAIMED, the rest DUPLICATE
+     * @return one {@link BatchResult} per submission, in order
+     * @throws GateException the whole call failed (no item's outcome is known: do not acknowledge any)
      */
     public List<BatchResult> submitBatch(List<Submission> submissions) throws GateException {
         List<BatchResult> results = new ArrayList<>(submissions.size());
@@ -152,7 +197,13 @@ public final class GateClient implements AutoCloseable {
         }
     }
 
-    /** The stored result for a key (outcome DUPLICATE), or empty when none. */
+    /**
+     * The stored result for a key: {@code Gate.Lookup}, read-only.
+     *
+     * @param idempotencyKey the key (derived, or a producer's)
+     * @return the stored {@link Decision} (outcome DUPLICATE), or empty when the key was never claimed
+     * @throws GateException the call failed, or the key is malformed ({@link InvalidSubmissionException})
+     */
     public Optional<Decision> lookup(String idempotencyKey) throws GateException {
         if (validate) {
             Validation.checkProducerKey(idempotencyKey);
@@ -167,7 +218,15 @@ public final class GateClient implements AutoCloseable {
     /**
      * {@code Effects.Begin}: the lease ({@link Begun.Acquired}) or the stored
      * response ({@link Begun.Completed}). Waits, up to the deadline, for a
-     * lease held elsewhere. {@code leaseTtl} null: the sidecar's default (30 s).
+     * lease held elsewhere.
+     *
+     * @param namespace the effect's namespace (1-64 of [a-z0-9._-])
+     * @param idempotencyKey the effect's key
+     * @param request the request bytes (at most 1 MiB); the same key with another request is refused
+     * @param leaseTtl how long the lease holds, or null for the sidecar's default (30 s)
+     * @return {@link Begun.Acquired} (perform the effect, then complete or release) or
+     *     {@link Begun.Completed} (done before: its stored response)
+     * @throws GateException the call failed; {@link KeyReusedException} for another request under the key
      */
     public Begun begin(String namespace, String idempotencyKey, byte[] request, Duration leaseTtl)
             throws GateException {
@@ -183,7 +242,16 @@ public final class GateClient implements AutoCloseable {
         return Convert.begun(effectCall(EffectsGrpc.getBeginMethod(), b.build()));
     }
 
-    /** {@code Effects.Complete}: commits the response; returns completed_at. */
+    /**
+     * {@code Effects.Complete}: commits the effect's response.
+     *
+     * @param namespace the effect's namespace
+     * @param idempotencyKey the effect's key
+     * @param leaseToken the token {@link #begin} gave
+     * @param response the provider's response (at most 1 MiB)
+     * @return completed_at, RFC 3339 UTC
+     * @throws GateException the call failed; {@link LeaseLostException} when the lease was taken over
+     */
     public String complete(String namespace, String idempotencyKey, String leaseToken, byte[] response)
             throws GateException {
         if (validate) {
@@ -194,7 +262,15 @@ public final class GateClient implements AutoCloseable {
                 .setResponse(ByteString.copyFrom(response)).build()).getCompletedAt();
     }
 
-    /** {@code Effects.Release}: the effect certainly did not happen; the next Begin acquires at once. */
+    /**
+     * {@code Effects.Release}: the effect certainly did not happen; the next Begin acquires at once.
+     *
+     * @param namespace the effect's namespace
+     * @param idempotencyKey the effect's key
+     * @param leaseToken the token {@link #begin} gave
+     * @param reason why (at most 256 characters), recorded
+     * @throws GateException the call failed; {@link LeaseLostException} when the lease was taken over
+     */
     public void release(String namespace, String idempotencyKey, String leaseToken, String reason)
             throws GateException {
         if (validate) {
@@ -208,7 +284,14 @@ public final class GateClient implements AutoCloseable {
     /** The effect a {@link #perform} block runs while holding the lease. */
     @FunctionalInterface
     public interface EffectBody {
-        /** Performs the effect (passing the key to the provider) and returns the provider's response. */
+        /**
+         * Performs the effect, passing the key to the provider.
+         *
+         * @param lease the lease held ({@code attempt > 1}: an earlier attempt may have reached
+         *     the provider; ask it first)
+         * @return the provider's response, stored as the effect's result
+         * @throws Exception the effect certainly did not happen (the lease is released)
+         */
         byte[] perform(Begun.Acquired lease) throws Exception;
     }
 
@@ -218,6 +301,14 @@ public final class GateClient implements AutoCloseable {
      * result. An exception from {@code body} releases the lease (the effect is
      * taken not to have happened) and is rethrown; a crash leaves the lease
      * to expire.
+     *
+     * @param namespace the effect's namespace
+     * @param idempotencyKey the effect's key
+     * @param request the request bytes (at most 1 MiB)
+     * @param leaseTtl how long the lease holds, or null for the sidecar's default (30 s)
+     * @param body the effect, run only when this call acquired the lease
+     * @return the effect's response: {@code body}'s, or the one stored by an earlier attempt
+     * @throws Exception {@code body}'s exception (after the release), or a {@link GateException}
      */
     public byte[] perform(String namespace, String idempotencyKey, byte[] request, Duration leaseTtl, EffectBody body)
             throws Exception {
@@ -290,19 +381,35 @@ public final class GateClient implements AutoCloseable {
 
         private Builder() {}
 
-        /** The sidecar's address (default {@value GateClient#DEFAULT_TARGET}). */
+        /**
+         * The sidecar's address.
+         *
+         * @param target {@code host:port}, {@code http://host:port} or {@code https://host:port}
+         *     (default {@value GateClient#DEFAULT_TARGET})
+         * @return this builder
+         */
         public Builder target(String target) {
             this.target = Objects.requireNonNull(target);
             return this;
         }
 
-        /** A channel of the caller's (TLS, interceptors...); the client does not close it. */
+        /**
+         * A channel of the caller's (TLS, interceptors...) instead of the target; the client does not close it.
+         *
+         * @param channel the channel
+         * @return this builder
+         */
         public Builder channel(Channel channel) {
             this.channel = Objects.requireNonNull(channel);
             return this;
         }
 
-        /** The deadline of each call (default 10 s). */
+        /**
+         * The deadline of each call: an expired one is {@link RetryableException.DeadlineExceeded}.
+         *
+         * @param deadline positive (default 10 s)
+         * @return this builder
+         */
         public Builder deadline(Duration deadline) {
             if (deadline.isNegative() || deadline.isZero()) {
                 throw new IllegalArgumentException("deadline must be positive, got " + deadline);
@@ -313,19 +420,32 @@ public final class GateClient implements AutoCloseable {
 
         /**
          * The sidecar's {@code ONCEGATE_MAX_PAYLOAD_BYTES}, to refuse a larger
-         * payload before sending (0, the default: leave it to the sidecar).
+         * payload before sending.
+         *
+         * @param maxPayloadBytes the limit (0, the default: leave it to the sidecar)
+         * @return this builder
          */
         public Builder maxPayloadBytes(long maxPayloadBytes) {
             this.maxPayloadBytes = maxPayloadBytes;
             return this;
         }
 
-        /** Whether to validate requests before sending (default true; the sidecar validates either way). */
+        /**
+         * Whether to validate requests before sending (the sidecar validates either way).
+         *
+         * @param validate default true
+         * @return this builder
+         */
         public Builder validate(boolean validate) {
             this.validate = validate;
             return this;
         }
 
+        /**
+         * The client.
+         *
+         * @return a client with these settings; close it when done
+         */
         public GateClient build() {
             return new GateClient(this);
         }

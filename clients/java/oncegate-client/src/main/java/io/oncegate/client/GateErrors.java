@@ -27,12 +27,24 @@ public final class GateErrors {
 
     private GateErrors() {}
 
-    /** The exception for a status code and message. */
+    /**
+     * The exception for a status code and message.
+     *
+     * @param code the gRPC status code
+     * @param message the status message (names the field or cause)
+     * @return the subclass the table above gives for {@code code}
+     */
     public static GateException forStatus(Status.Code code, String message) {
         return forStatus(code, message, null);
     }
 
-    /** As {@link #forStatus(Status.Code, String)} for a per-item error's wire code number. */
+    /**
+     * As {@link #forStatus(Status.Code, String)} for a per-item error's wire code number.
+     *
+     * @param code the gRPC status code's number (an unknown number is UNKNOWN)
+     * @param message the status message
+     * @return the subclass the table above gives for {@code code}
+     */
     public static GateException forStatus(int code, String message) {
         Status.Code c = code >= 0 && code < Status.Code.values().length
                 ? Status.fromCodeValue(code).getCode()
@@ -63,7 +75,12 @@ public final class GateErrors {
         }
     }
 
-    /** The exception for a failed call. */
+    /**
+     * The exception for a failed call.
+     *
+     * @param e what grpc-java threw
+     * @return the subclass for its status, with {@code e} as its cause
+     */
     public static GateException fromGrpc(StatusRuntimeException e) {
         Status s = e.getStatus();
         String message = s.getDescription() != null ? s.getDescription() : "";

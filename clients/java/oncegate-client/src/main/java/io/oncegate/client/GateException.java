@@ -19,35 +19,67 @@ import io.grpc.Status;
 public class GateException extends Exception {
     private static final long serialVersionUID = 1L;
 
+    /** The gRPC status code. */
     private final Status.Code code;
+    /** The status message as the sidecar sent it. */
     private final String serverMessage;
 
+    /**
+     * An error with a status code and the sidecar's message.
+     *
+     * @param code the gRPC status code
+     * @param message the status message (names the field or cause)
+     */
     public GateException(Status.Code code, String message) {
         this(code, message, null);
     }
 
+    /**
+     * As {@link #GateException(Status.Code, String)}, with its cause.
+     *
+     * @param code the gRPC status code
+     * @param message the status message
+     * @param cause what grpc-java threw, or null
+     */
     public GateException(Status.Code code, String message, Throwable cause) {
         super(code + ": " + message, cause);
         this.code = code;
         this.serverMessage = message;
     }
 
-    /** The gRPC status code. */
+    /**
+     * The gRPC status code.
+     *
+     * @return the code the sidecar (or the transport, or the client's validation) gave
+     */
     public Status.Code code() {
         return code;
     }
 
-    /** The status message as the sidecar sent it (it names the field or cause). */
+    /**
+     * The status message as the sidecar sent it.
+     *
+     * @return the message, naming the field or cause; empty when there was none
+     */
     public String serverMessage() {
         return serverMessage;
     }
 
-    /** A redelivery (or a retry) can succeed: do not acknowledge. */
+    /**
+     * Whether a redelivery (or a retry) can succeed: then do not acknowledge.
+     *
+     * @return true for {@link RetryableException} and its subclasses
+     */
     public boolean isRetryable() {
         return false;
     }
 
-    /** This message can never succeed: dead-letter it, then acknowledge it. */
+    /**
+     * Whether this message can never succeed: then dead-letter it, and acknowledge it.
+     *
+     * @return true for {@link InvalidSubmissionException}, {@link KeyReusedException} and
+     *     {@link TooLargeException}
+     */
     public boolean isPoison() {
         return false;
     }

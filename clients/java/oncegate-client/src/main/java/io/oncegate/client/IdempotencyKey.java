@@ -21,7 +21,14 @@ public final class IdempotencyKey {
 
     private IdempotencyKey() {}
 
-    /** The key the sidecar derives for a submission without a producer key. */
+    /**
+     * The key the sidecar derives for a submission without a producer key.
+     *
+     * @param awardId the award id, as sent
+     * @param submissionTimestamp the timestamp, verbatim
+     * @param payload the payload bytes
+     * @return 64 lowercase hex characters
+     */
     public static String derive(String awardId, String submissionTimestamp, byte[] payload) {
         MessageDigest sha = sha256();
         sha.update(Text.utf8("award_id", awardId));
@@ -32,7 +39,12 @@ public final class IdempotencyKey {
         return hex(sha.digest());
     }
 
-    /** Lowercase hex SHA-256 of the payload. */
+    /**
+     * The payload's digest, as the key uses it.
+     *
+     * @param payload the payload bytes
+     * @return lowercase hex SHA-256 of {@code payload}
+     */
     public static String payloadDigest(byte[] payload) {
         return hex(sha256().digest(payload));
     }

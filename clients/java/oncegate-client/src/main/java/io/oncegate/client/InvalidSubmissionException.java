@@ -6,6 +6,11 @@ import io.grpc.Status;
 public final class InvalidSubmissionException extends GateException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * A refusal, as the sidecar (or this client's validation) words it.
+     *
+     * @param message what is wrong, naming the field
+     */
     public InvalidSubmissionException(String message) {
         super(Status.Code.INVALID_ARGUMENT, message);
     }

@@ -35,6 +35,10 @@ public final class Validation {
     /**
      * Checks a submission as the sidecar does: award id, timestamp, amount,
      * payload size (only when {@code maxPayloadBytes} &gt; 0), producer key.
+     *
+     * @param s the submission
+     * @param maxPayloadBytes the sidecar's {@code ONCEGATE_MAX_PAYLOAD_BYTES}, or 0 to leave the size to it
+     * @throws GateException the error the sidecar would give, code and message byte for byte
      */
     public static void checkSubmission(Submission s, long maxPayloadBytes) throws GateException {
         checkAwardId(s.awardId());
@@ -103,7 +107,12 @@ public final class Validation {
         }
     }
 
-    /** A producer's idempotency key (Submit) or a Lookup key: 1-128 of ASCII letters, digits and - _ . : */
+    /**
+     * Checks a producer's idempotency key (Submit) or a Lookup key: 1-128 of ASCII letters, digits and - _ . :
+     *
+     * @param key the key
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkProducerKey(String key) throws GateException {
         int bytes = utf8Length(key);
         if (bytes == 0 || bytes > MAX_KEY_BYTES) {
@@ -117,7 +126,12 @@ public final class Validation {
         }
     }
 
-    /** An effect's namespace: 1-64 of [a-z0-9._-]. */
+    /**
+     * Checks an effect's namespace: 1-64 of [a-z0-9._-].
+     *
+     * @param ns the namespace
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkNamespace(String ns) throws GateException {
         if (ns.isEmpty()) {
             throw invalid("namespace is required");
@@ -135,7 +149,12 @@ public final class Validation {
         }
     }
 
-    /** An effect's key: required, then as a producer key. */
+    /**
+     * Checks an effect's key: required, then as a producer key.
+     *
+     * @param key the key
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkEffectKey(String key) throws GateException {
         if (key.isEmpty()) {
             throw invalid("idempotency_key is required");
@@ -143,7 +162,15 @@ public final class Validation {
         checkProducerKey(key);
     }
 
-    /** Begin: namespace, key, request size, lease TTL (null: the sidecar's default). */
+    /**
+     * Checks a Begin: namespace, key, request size, lease TTL.
+     *
+     * @param namespace the effect's namespace
+     * @param key the effect's key
+     * @param request the request bytes (at most 1 MiB)
+     * @param leaseTtl the lease's time to live (at most 15 minutes), or null for the sidecar's default
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkBegin(String namespace, String key, byte[] request, Duration leaseTtl)
             throws GateException {
         checkBegin(namespace, key, request, leaseTtl == null ? null : leaseTtl.getSeconds(),
@@ -161,7 +188,13 @@ public final class Validation {
         }
     }
 
-    /** A lease TTL as its wire form (google.protobuf.Duration seconds and nanos). */
+    /**
+     * Checks a lease TTL in its wire form (google.protobuf.Duration).
+     *
+     * @param seconds the duration's seconds
+     * @param nanos the duration's nanoseconds
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkLeaseTtl(long seconds, int nanos) throws GateException {
         if (seconds < 0 || nanos < 0 || (seconds == 0 && nanos == 0)) {
             throw invalid("lease_ttl must be greater than 0");
@@ -172,14 +205,30 @@ public final class Validation {
         }
     }
 
-    /** Complete: response size, then the fenced target. */
+    /**
+     * Checks a Complete: response size, then namespace, key and lease token.
+     *
+     * @param namespace the effect's namespace
+     * @param key the effect's key
+     * @param leaseToken the token Begin gave
+     * @param response the response bytes (at most 1 MiB)
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkComplete(String namespace, String key, String leaseToken, byte[] response)
             throws GateException {
         checkEffectSize("response", response);
         checkFenced(namespace, key, leaseToken);
     }
 
-    /** Release: the reason, then the fenced target. */
+    /**
+     * Checks a Release: the reason, then namespace, key and lease token.
+     *
+     * @param namespace the effect's namespace
+     * @param key the effect's key
+     * @param leaseToken the token Begin gave
+     * @param reason why (at most 256 characters, no control characters)
+     * @throws GateException the error the sidecar would give, code and message byte for byte
+     */
     public static void checkRelease(String namespace, String key, String leaseToken, String reason)
             throws GateException {
         refuseUnpaired("reason", reason);

@@ -132,4 +132,20 @@ class ErrorMappingTest {
             assertThrows(RetryableException.DeadlineExceeded.class, () -> gate.submit(Submission.of("A", TS, "x", 1)));
         }
     }
+    /** The sidecar always sends a Decision's disbursement: one without is an UNKNOWN error, never a null. */
+    @Test
+    void aDecisionWithoutItsDisbursementIsNotAnAnswer() throws GateException {
+        oncegate.v1.GateOuterClass.Decision bare = oncegate.v1.GateOuterClass.Decision.newBuilder()
+                .setOutcome(oncegate.v1.GateOuterClass.Outcome.CLAIMED).setIdempotencyKey("k")
+                .setDecidedBy(oncegate.v1.GateOuterClass.Tier.DATABASE).build();
+        GateException e = assertThrows(GateException.class, () -> Convert.decision(bare));
+        assertEquals(Status.Code.UNKNOWN, e.code());
+        assertTrue(e.serverMessage().contains("without its disbursement"), e.serverMessage());
+        oncegate.v1.GateOuterClass.Decision whole = bare.toBuilder()
+                .setDisbursement(oncegate.v1.GateOuterClass.Disbursement.newBuilder().setId("d").setSequence(1)).build();
+        assertEquals("d", Convert.decision(whole).disbursement().id());
+        BatchResult item = Convert.batchResult(oncegate.v1.GateOuterClass.Result.newBuilder().setDecision(bare).build());
+        assertFalse(item.isDecided());
+        assertEquals(Status.Code.UNKNOWN, item.error().code());
+    }
 }
