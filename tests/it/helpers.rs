@@ -292,8 +292,8 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
     // The environment must not leak in (REDIS_URL, DATABASE_URL, …).
     args.store.database_url = Some(url.to_string());
     args.redis_url = None;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::None;
-    args.instance_id = Some(unique("it-"));
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::None;
+    args.instance.instance_id = Some(unique("it-"));
     // Sealing off unless a test turns it on: every seal is also an
     // audit.sealed outbox event, which would change the events tests count.
     args.audit_seal.audit_seal_interval = Duration::ZERO;

@@ -264,7 +264,7 @@ async fn the_granted_app_role_runs_the_claim_path_but_cannot_change_the_trail() 
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     for i in 0..2 {

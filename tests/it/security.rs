@@ -28,7 +28,7 @@ fn default_listeners_are_loopback_and_plaintext_is_opt_in_to_tls() {
         unreachable!()
     };
     assert_eq!(args.listen, "127.0.0.1:50051".parse::<SocketAddr>().unwrap());
-    assert!(args.metrics_listen.ip().is_loopback());
+    assert!(args.metrics.metrics_listen.ip().is_loopback());
     assert!(args.health_listen.is_none());
     assert!(args.tls.tls_cert.is_none() && args.tls.tls_client_ca.is_none());
 }
@@ -406,7 +406,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let first = submission("AWD-ROLE", TS, b"one", 500);
