@@ -91,22 +91,14 @@ async fn oncegate(db: &TestDb, args: &[&str]) -> (i32, String) {
 
 /// The real binary against the store at `url`.
 async fn oncegate_at(url: &str, args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(oncegate_bin())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", url)
-        .output()
-        .await
-        .expect("run oncegate");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let code = out.status.code().unwrap_or(-1);
+    let run = run_oncegate(args, &[("DATABASE_URL", url)]).await;
+    let code = run.code.unwrap_or(-1);
     assert!(
         code != 64,
         "oncegate {args:?} refused its settings: {}",
-        String::from_utf8_lossy(&out.stderr)
+        run.stderr
     );
-    (code, stdout)
+    (code, run.stdout)
 }
 
 /// Claims `per_award` submissions for each award, straight through the
