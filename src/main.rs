@@ -55,14 +55,7 @@ fn main() -> ExitCode {
         }
     };
     let log_guard = init_tracing(format, level, traces.as_ref());
-    for d in deprecated {
-        tracing::warn!(
-            setting = d.env,
-            successor = d.successor,
-            "deprecated setting, still accepted this major version; its value is {}",
-            d.now
-        );
-    }
+    warn_deprecated(&deprecated);
     let result = runtime.block_on(oncegate::cli::run(job));
     // Exports the spans still buffered while the runtime still runs.
     if let Some(traces) = traces {
@@ -99,6 +92,19 @@ fn report(format: LogFormat, e: &anyhow::Error, log_guard: Option<log_writer::Gu
             drop(log_guard);
             eprintln!("error: {}", oncegate::cli::error_text(e));
         }
+    }
+}
+
+/// A WARN for each retired setting still set (`config::deprecated`),
+/// naming its successor; its value is never logged.
+fn warn_deprecated(deprecated: &[&oncegate::config::deprecated::Deprecated]) {
+    for d in deprecated {
+        tracing::warn!(
+            setting = d.env,
+            successor = d.successor,
+            "deprecated setting, still accepted this major version; its value is {}",
+            d.now
+        );
     }
 }
 

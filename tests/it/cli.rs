@@ -451,3 +451,42 @@ async fn a_closed_stdout_ends_the_command_quietly_with_141() {
     assert_eq!((out.status.code(), stderr.as_ref()), (Some(141), ""));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
 }
+
+/// A retired setting still set by a deployment (DESIGN §12: settings keep
+/// working for the major version) is accepted with a WARN naming its
+/// successor, where the subcommand reads the successor; nowhere else, and
+/// not when it is unset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_setting_is_accepted_with_a_warning_naming_its_successor() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("oncegate.db");
+    let sqlite = file.to_str().unwrap();
+    let retired = ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", "grants-relay-pod-0");
+    let migrate = run_oncegate(&["migrate"], &[("ONCEGATE_SQLITE_PATH", sqlite), retired]).await;
+    assert_eq!(migrate.code, Some(0), "{}", migrate.stderr);
+    assert!(
+        !migrate.stderr.contains("deprecated"),
+        "migrate reads no relay setting: {}",
+        migrate.stderr
+    );
+    let warned = run_oncegate(&["reconcile"], &[("ONCEGATE_SQLITE_PATH", sqlite), retired]).await;
+    assert_eq!(warned.code, Some(0), "accepted, not exit 64: {}", warned.stderr);
+    let warning = warned
+        .stderr
+        .lines()
+        .find(|l| l.contains("deprecated setting"))
+        .unwrap_or_else(|| panic!("a WARN: {}", warned.stderr));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.contains("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID")
+            && warning.contains("successor=\"ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX\""),
+        "names the setting and its successor: {warning}"
+    );
+    assert!(
+        !warning.contains("grants-relay-pod-0"),
+        "its value is not echoed: {warning}"
+    );
+    let plain = run_oncegate(&["reconcile"], &[("ONCEGATE_SQLITE_PATH", sqlite)]).await;
+    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    assert!(!plain.stderr.contains("deprecated"), "{}", plain.stderr);
+}
