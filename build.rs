@@ -18,8 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The commit being built: `ONCEGATE_BUILD_COMMIT` when set (a build from a source archive,
-/// the Dockerfile's build argument), else git's HEAD (12 hex digits), else "unknown" (no git,
-/// or not a clone). A dirty work tree is not marked: the release builds from a clean one.
+/// the Dockerfile's build argument), else git's HEAD (12 hex digits) when the crate is the root
+/// of its git work tree, else "unknown" (no git, not a clone, or sources inside another
+/// repository). A dirty work tree is not marked: the release builds from a clean one.
 fn build_commit() -> String {
     println!("cargo:rerun-if-env-changed=ONCEGATE_BUILD_COMMIT");
     if let Ok(commit) = env::var("ONCEGATE_BUILD_COMMIT")
@@ -32,6 +33,13 @@ fn build_commit() -> String {
         let text = String::from_utf8(out.stdout).ok()?;
         (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
     };
+    // Only this crate's own repository: sources unpacked inside another one are not its HEAD.
+    let top = git(&["rev-parse", "--show-toplevel"]).map(PathBuf::from);
+    let here = env::var("CARGO_MANIFEST_DIR").map(PathBuf::from);
+    match (top.map(|t| t.canonicalize()), here.map(|h| h.canonicalize())) {
+        (Some(Ok(top)), Ok(Ok(here))) if top == here => {}
+        _ => return "unknown".to_owned(),
+    }
     // A new commit or a checkout moves HEAD or the branch it names: build again then. (In a
     // worktree these live in the worktree's and the common git directory; --git-path knows.)
     for path in ["HEAD", "logs/HEAD", "packed-refs"] {
