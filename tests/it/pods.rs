@@ -667,7 +667,7 @@ async fn kafka_a_missing_topic_is_named_and_a_pod_cut_off_from_kafka_publishes_n
     let stream = ClaimStream::start(pods.targets.clone(), 24, 2);
     stream.more(20).await;
     topic_missing_is_named(&pods, a, &topic).await;
-    create_topic(&broker.url(), &topic).await;
+    create_topic(&broker.url(), &topic, 3, &[]).await;
     pods.balanced().await;
     let since = pods.published(a).await;
     pods.publishing(a, since).await;
@@ -722,23 +722,6 @@ async fn topic_missing_is_named(pods: &Pods, a: usize, topic: &str) {
             .await,
         0
     );
-}
-
-async fn create_topic(url: &str, topic: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let bootstrap = url.trim_start_matches("kafka://");
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let created = admin
-        .create_topics(
-            &[NewTopic::new(topic, 3, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
 }
 
 /// A proxy in front of one of the broker's listeners: the listener tells
