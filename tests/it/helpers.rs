@@ -642,12 +642,18 @@ impl Sidecar {
     /// Starts `oncegate serve` with `env` (on top of a clean environment
     /// with test ports) and waits until it answers health checks.
     pub async fn start(env: &[(&str, String)]) -> Self {
+        Self::start_bin(&oncegate_bin(), env).await
+    }
+
+    /// [`Sidecar::start`] of another build of `oncegate` (the previous
+    /// release, in the upgrade test).
+    pub async fn start_bin(bin: &std::path::Path, env: &[(&str, String)]) -> Self {
         let (port, mport) = (free_port(), free_port());
         let log = std::env::temp_dir()
             .join(unique("oncegate-sidecar-"))
             .with_extension("log");
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = tokio::process::Command::new(oncegate_bin());
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -46,4 +46,5 @@ mod structure;
 mod sync_guard;
 mod tiers;
 mod traces;
+mod upgrade;
 mod vectors;
