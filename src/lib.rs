@@ -91,6 +91,7 @@ pub mod broker;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod effects;
 pub mod error;
 pub mod gate;
