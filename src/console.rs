@@ -29,13 +29,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use state::{ConsoleSettings, State, Trigger};
+use state::{ConsoleSettings, State, TOKEN_COOKIE, Trigger};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The name of the cookie that keeps the token a browser entered.
-pub const TOKEN_COOKIE: &str = "oncegate_console_token";
 
 /// The console, bound and ready to serve.
 pub struct Console {

@@ -2,8 +2,7 @@
 //! CLI runs) and its HTML (maud: checked when the crate compiles, every
 //! value escaped). No page shows a payload or a secret.
 
-use super::TOKEN_COOKIE;
-use super::state::{SealStatus, State, Trigger, Verified};
+use super::state::{SealStatus, State, TOKEN_COOKIE, Trigger, Verified};
 use crate::error::StoreError;
 use crate::relay::state::{RelayState, relay_state};
 use crate::seal::export::{self, Target};

@@ -8,6 +8,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use time::OffsetDateTime;
 
+/// The name of the cookie that keeps the token a browser entered.
+pub const TOKEN_COOKIE: &str = "oncegate_console_token";
+
 /// The console's settings (filled by `config`'s `ConsoleArgs`).
 #[derive(Clone)]
 pub struct ConsoleSettings {
