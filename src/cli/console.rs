@@ -142,3 +142,67 @@ pub async fn run(job: ConsoleJob) -> anyhow::Result<ExitCode> {
         .context("running the console")?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn resolve(argv: &[&str]) -> Result<super::ConsoleJob, String> {
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
+            Command::Console(args) => args.resolve().map_err(|e| e.0),
+            _ => unreachable!("a console command"),
+        }
+    }
+
+    #[test]
+    fn the_console_needs_a_token_file_postgres_and_binds_loopback_by_default() {
+        let err = resolve(&["oncegate", "console", "--database-url", "postgres://db/x"])
+            .err()
+            .unwrap();
+        assert!(err.contains("ONCEGATE_CONSOLE_TOKEN_FILE is required"), "{err}");
+        let dir = std::env::temp_dir().join(format!("og-console-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let short = dir.join("short");
+        std::fs::write(&short, "abc\n").unwrap();
+        let spaced = dir.join("spaced");
+        std::fs::write(&spaced, "a token with spaces in it\n").unwrap();
+        let good = dir.join("good");
+        std::fs::write(&good, "0123456789abcdef-token\n").unwrap();
+        for bad in [&short, &spaced, &dir.join("missing")] {
+            let path = bad.display().to_string();
+            let argv = [
+                "oncegate",
+                "console",
+                "--database-url",
+                "postgres://db/x",
+                "--console-token-file",
+                &path,
+            ];
+            let err = resolve(&argv).err().expect("refused");
+            assert!(
+                err.contains("ONCEGATE_CONSOLE_TOKEN_FILE") && err.contains(&path),
+                "{err}"
+            );
+        }
+        let path = good.display().to_string();
+        let on_sqlite = ["oncegate", "console", "--console-token-file", &path];
+        assert!(resolve(&on_sqlite).err().unwrap().contains("needs Postgres"));
+        let ok = [
+            "oncegate",
+            "console",
+            "--database-url",
+            "postgres://u:pw@db/x",
+            "--console-token-file",
+            &path,
+        ];
+        let job = resolve(&ok).expect("resolves");
+        assert!(job.settings.listen.ip().is_loopback());
+        assert_eq!(job.settings.token, "0123456789abcdef-token");
+        assert!(
+            !format!("{:?}", job.settings).contains("0123456789abcdef"),
+            "the token is masked"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
