@@ -7,6 +7,7 @@
 //! - `bench` (the load generator and its echo yardstick): [`bench`];
 //! - `reconcile`, `inspect`, `outbox list|retry` (the operator's): [`ops`].
 //! - `audit seal`, `audit verify`, `audit export` (the sealed trail): [`audit`].
+//! - `console` (the read-only web console): [`console`].
 
 /// `println!` that hands the write's error back (as a [`StdoutError`])
 /// instead of panicking: a closed stdout (`oncegate … | head -1`) ends the
@@ -28,9 +29,9 @@ macro_rules! out_text {
 
 pub mod audit;
 pub mod bench;
+pub mod console;
 pub mod effect;
 pub mod ops;
-pub mod relay_state;
 pub mod remote;
 
 use crate::app::{App, AppConfig};
@@ -109,6 +110,8 @@ pub enum Command {
     Outbox(ops::OutboxArgs),
     /// The sealed audit trail: seal, verify, export.
     Audit(audit::AuditArgs),
+    /// The read-only web console: find, a delivery's history, an award, the relay, the trail.
+    Console(Box<console::ConsoleArgs>),
     /// The configuration: `config reference` prints every setting (the
     /// generated docs/CONFIGURATION.md).
     Config(ConfigArgs),
@@ -162,6 +165,10 @@ pub struct MigrateArgs {
     /// application role's privileges (migrations/GRANTS.md).
     #[arg(long, env = "ONCEGATE_APP_ROLE")]
     pub app_role: Option<String>,
+    /// After migrating, grant this existing Postgres role exactly the
+    /// console's privileges: reading, nothing else (migrations/GRANTS.md).
+    #[arg(long, env = "ONCEGATE_CONSOLE_ROLE")]
+    pub console_role: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -209,6 +216,7 @@ pub enum Job {
     Migrate {
         store: StoreSettings,
         app_role: Option<String>,
+        console_role: Option<String>,
     },
     Key(KeyArgs),
     Submit(remote::SubmitArgs),
@@ -226,6 +234,7 @@ pub enum Job {
     Audit(audit::AuditJob),
     /// The configuration reference, to print.
     Reference(String),
+    Console(Box<console::ConsoleJob>),
 }
 
 impl Command {
@@ -240,7 +249,7 @@ impl Command {
     /// Default log level: long-running commands report what they do.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Self::Serve(_) | Self::Relay(_) | Self::Purge(_) | Self::Migrate(_) => "info",
+            Self::Serve(_) | Self::Relay(_) | Self::Purge(_) | Self::Migrate(_) | Self::Console(_) => "info",
             _ => "warn",
         }
     }
@@ -255,12 +264,22 @@ impl Command {
             Self::Migrate(args) => {
                 let store = args.store.settings(TOOL_POOL)?;
                 let app_role = args.app_role.filter(|r| !r.is_empty());
+                let console_role = args.console_role.filter(|r| !r.is_empty());
                 if app_role.is_some() && store.url.starts_with("sqlite://") {
                     return Err(ConfigError::new(
                         "ONCEGATE_APP_ROLE needs Postgres (DATABASE_URL): the embedded SQLite file has no roles",
                     ));
                 }
-                Job::Migrate { store, app_role }
+                if console_role.is_some() && store.url.starts_with("sqlite://") {
+                    return Err(ConfigError::new(
+                        "ONCEGATE_CONSOLE_ROLE needs Postgres (DATABASE_URL): the embedded SQLite file has no roles",
+                    ));
+                }
+                Job::Migrate {
+                    store,
+                    app_role,
+                    console_role,
+                }
             }
             Self::Key(args) => Job::Key(args),
             Self::Submit(args) => Job::Submit(args),
@@ -291,6 +310,7 @@ impl Command {
             Self::Config(ConfigArgs {
                 command: ConfigCommand::Reference,
             }) => Job::Reference(reference::markdown(&Cli::command())),
+            Self::Console(args) => Job::Console(Box::new(args.resolve()?)),
         })
     }
 }
@@ -340,7 +360,11 @@ pub fn chain_text<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + '
 pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
     match job {
         Job::Serve { config, described } => serve(*config, described).await,
-        Job::Migrate { store, app_role } => migrate(store, app_role).await,
+        Job::Migrate {
+            store,
+            app_role,
+            console_role,
+        } => migrate(store, app_role, console_role).await,
         Job::Key(args) => key(args),
         Job::Submit(args) => remote::submit(args).await,
         Job::Lookup(args) => remote::lookup(args).await,
@@ -359,6 +383,7 @@ pub async fn run(job: Job) -> anyhow::Result<ExitCode> {
             out_text!("{text}")?;
             Ok(ExitCode::SUCCESS)
         }
+        Job::Console(job) => console::run(*job).await,
     }
 }
 
@@ -377,7 +402,11 @@ async fn open_store(settings: &StoreSettings) -> anyhow::Result<std::sync::Arc<d
     crate::store::open(settings).await.context("opening the store")
 }
 
-async fn migrate(settings: StoreSettings, app_role: Option<String>) -> anyhow::Result<ExitCode> {
+async fn migrate(
+    settings: StoreSettings,
+    app_role: Option<String>,
+    console_role: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let store = open_store(&settings).await?;
     store.migrate().await.context("migrating")?;
     eprintln!("migrations applied ({})", mask_url(&settings.url));
@@ -387,6 +416,13 @@ async fn migrate(settings: StoreSettings, app_role: Option<String>) -> anyhow::R
             .await
             .with_context(|| format!("granting ONCEGATE_APP_ROLE {role:?} its privileges"))?;
         eprintln!("application role {role:?} granted exactly its privileges");
+    }
+    if let Some(role) = console_role {
+        store
+            .grant_console_role(&role)
+            .await
+            .with_context(|| format!("granting ONCEGATE_CONSOLE_ROLE {role:?} its privileges"))?;
+        eprintln!("console role {role:?} granted exactly its privileges: reading");
     }
     Ok(ExitCode::SUCCESS)
 }

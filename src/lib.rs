@@ -19,7 +19,7 @@
 //! - [`cli`]: subcommands; `cli/remote` (`submit`, `lookup`), `cli/effect`
 //!   (`effect begin|complete|release|get`), `cli/ops` (`reconcile`,
 //!   `inspect`, `outbox`), `cli/audit` (`audit seal|verify|export|keygen`),
-//!   `cli/bench`.
+//!   `cli/bench`, `cli/console` (the console's settings).
 //! - [`config`]: shared argument groups (each setting declared once) →
 //!   [`app::AppConfig`], [`store::StoreSettings`], [`relay::RelaySettings`], …
 //!   **A new setting** goes here (the flag) and into its component's
@@ -65,7 +65,8 @@
 //!   `broker/redis_stream`, `broker/nats`, `broker/amqp`, `broker/kafka`.
 //! - [`relay`]: the outbox relay across pods: slots held with generations
 //!   (`relay/share` the fair share, `relay/slot` one slot's step,
-//!   `relay/outage` the breaker, `relay/resize` the slot-count change);
+//!   `relay/outage` the breaker, `relay/resize` the slot-count change,
+//!   `relay/state` the breaker as a running sidecar's metrics report it);
 //!   store side: `store/slots` and `slots.rs` in each backend.
 //! - [`reconcile`]: the ledger checked against itself and the broker
 //!   (`reconcile/compare` the comparisons, `reconcile/seen` what the broker
@@ -75,6 +76,12 @@
 //!   audit trail — the hash chain (`seal/canonical`), its verification
 //!   (`seal/verify`), exports (`seal/export`), signatures (`seal/signing`)
 //!   and anchors (`seal/anchor`); `cli/audit` runs them from the command line.
+//! - [`console`]: the read-only web console (axum + maud): find, a
+//!   delivery's history, an award, the relay, the trail; `console/state`
+//!   (the token, the trail's last verification), `console/pages` (each
+//!   page's read and HTML). It reads through [`store::OpsStore`],
+//!   [`store::AuditStore`] and the relay's slot table, runs
+//!   [`reconcile::check_award`] and `seal/verify`, `seal/export`.
 //! - [`telemetry`]: OpenTelemetry traces (OTLP), the `traceparent` helpers
 //!   and [`trace_span!`], the only way spans for the exporter are made.
 //! - Leaves: [`error`] (the service error and its one mapping to a status,
@@ -94,6 +101,7 @@ pub mod broker;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod effects;
 pub mod error;
 pub mod gate;

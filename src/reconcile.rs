@@ -364,6 +364,21 @@ impl Reconciler {
     }
 }
 
+/// The award checks of a reconcile run (its running total against its
+/// ledger rows, its sequences 1, 2, 3, …) for one award: the mismatches,
+/// none when it agrees. The console's award page shows them.
+pub async fn check_award(store: &dyn OpsStore, award_id: &str) -> Result<Vec<Mismatch>, StoreError> {
+    let totals = store.award_totals(award_id).await?;
+    let mut found: Vec<Mismatch> = compare::check_totals(&totals).into_iter().collect();
+    if let Some(l) = &totals.ledger
+        && !compare::sequences_dense(l)
+    {
+        let gap = store.first_sequence_gap(award_id).await?;
+        found.push(compare::sequence_mismatch(award_id, l, gap));
+    }
+    Ok(found)
+}
+
 /// The run's gauges, and one log line (WARN with the counts when not clean).
 fn export(report: &Report) {
     for c in report.checks.iter().filter(|c| c.ran) {

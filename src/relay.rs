@@ -42,6 +42,7 @@ mod outage;
 pub mod resize;
 mod share;
 mod slot;
+pub mod state;
 
 pub use outage::MAX_OUTAGE_BACKOFF;
 pub use resize::{ResizeError, Resized, resize};

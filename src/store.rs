@@ -766,6 +766,26 @@ pub trait OpsStore: StoreBase {
         limit: i64,
     ) -> Result<(Option<ops::Balance>, Vec<String>), StoreError>;
 
+    /// The ledger's keys that start with `prefix` (as logs and audit rows
+    /// print a key: its first 12 characters), at most `limit`, in key order.
+    async fn find_keys(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StoreError>;
+
+    /// The key of the ledger row with this disbursement id.
+    async fn disbursement_key(&self, id: Uuid) -> Result<Option<String>, StoreError>;
+
+    /// Up to `limit` ledger rows of `award_id` with a sequence after
+    /// `after_sequence`, in sequence order (the console's pages).
+    async fn award_ledger(
+        &self,
+        award_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<ops::LedgerRow>, StoreError>;
+
+    /// One award's running total joined with its ledger rows' aggregate,
+    /// as [`OpsStore::reconcile_awards`] reads a batch of them.
+    async fn award_totals(&self, award_id: &str) -> Result<ops::AwardTotals, StoreError>;
+
     /// Unpublished outbox events, oldest first.
     async fn list_outbox(&self, filter: &ops::OutboxFilter) -> Result<Vec<ops::EventRecord>, StoreError>;
 
@@ -809,6 +829,9 @@ pub trait AuditStore: StoreBase {
 
     /// Up to `limit` seals from number `from_seq` on, in order.
     async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError>;
+
+    /// The seal whose id range holds audit row `id`, if one does.
+    async fn seal_covering(&self, id: i64) -> Result<Option<AuditSeal>, StoreError>;
 
     /// The newest seal.
     async fn last_audit_seal(&self) -> Result<Option<AuditSeal>, StoreError>;
@@ -866,6 +889,15 @@ pub trait AdminStore: StoreBase {
     /// Grants `role` exactly the application role's privileges (run as the
     /// owner, after migrating). Postgres only.
     async fn grant_app_role(&self, role: &str) -> Result<(), StoreError>;
+
+    /// What the connected role may do beyond reading (the console's role,
+    /// migrations/GRANTS.md): empty when it can only read, `None` where the
+    /// store has no roles (SQLite).
+    async fn read_only_excess(&self) -> Result<Option<Vec<String>>, StoreError>;
+
+    /// Grants `role` exactly the console role's privileges: SELECT on the
+    /// tables the console reads, nothing else. Postgres only.
+    async fn grant_console_role(&self, role: &str) -> Result<(), StoreError>;
 
     /// The shortest retention the database itself enforces, if it holds one
     /// (Postgres: the owner's `oncegate_retention_floor`).

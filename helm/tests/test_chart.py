@@ -1345,3 +1345,71 @@ def test_postgres_requires_a_synchronous_standby_by_default():
     assert env_of(sidecar)["ONCEGATE_REQUIRE_SYNC_REPLICA"]["value"] == "false"
     _, embedded = deployment_sidecar(render("sqlite"))
     assert "ONCEGATE_REQUIRE_SYNC_REPLICA" not in env_of(embedded), "SQLite has no standby"
+
+
+# --------------------------------------------------------------------------
+# the console (docs/CONSOLE.md)
+
+CONSOLE_ON = {
+    "database": {"existingSecret": "pg"},
+    "migration": {"database": {"existingSecret": "pg-owner"}, "consoleRole": "oncegate_console"},
+    "console": {
+        "enabled": True,
+        "database": {"existingSecret": "pg-console"},
+        "token": {"existingSecret": "console-token"},
+        "relayMetrics": ["rel-oncegate-metrics:9464"],
+    },
+}
+
+
+def test_console_is_off_by_default():
+    for values_name in VALUES_FILES:
+        docs = render(values_name)
+        assert not [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "console"]
+
+
+def test_console_is_a_deployment_and_service_of_its_own_and_validates():
+    docs = parse_manifests(render_raw(CONSOLE_ON))
+    consoles = [d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "console"]
+    assert sorted(d["kind"] for d in consoles) == ["Deployment", "Service"]
+    for doc in consoles:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    deployment = next(d for d in consoles if d["kind"] == "Deployment")
+    spec = pod_spec(deployment)
+    assert [c["name"] for c in spec["containers"]] == ["console"], "the console runs alone, not beside a consumer"
+    console = spec["containers"][0]
+    env = env_of(console)
+    assert console["args"] == ["console"]
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "pg-console"
+    assert env["ONCEGATE_CONSOLE_REQUIRE_READ_ONLY"]["value"] == "true"
+    assert env["ONCEGATE_CONSOLE_TOKEN_FILE"]["value"] == "/etc/oncegate-console/token"
+    assert env["ONCEGATE_CONSOLE_RELAY_METRICS"]["value"] == "rel-oncegate-metrics:9464"
+    assert console["securityContext"]["readOnlyRootFilesystem"] is True
+    # The consumers' Deployment does not select the console's pods, nor the reverse.
+    consumer = one([d for d in docs if d not in consoles], "Deployment")
+    console_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert not all(console_labels.get(k) == v for k, v in consumer["spec"]["selector"]["matchLabels"].items())
+    job = one(docs, "Job")
+    assert env_of(pod_spec(job)["containers"][0])["ONCEGATE_CONSOLE_ROLE"]["value"] == "oncegate_console"
+
+
+@pytest.mark.parametrize(
+    ("override", "complaint"),
+    [
+        ({"console": {"enabled": True, "token": {"existingSecret": "t"}}}, "console.enabled needs console.database.existingSecret"),
+        ({"console": {"enabled": True, "database": {"existingSecret": "c"}}}, "console.enabled needs console.token.existingSecret"),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "console": {"enabled": True, "database": {"existingSecret": "pg-owner"}, "token": {"existingSecret": "t"}}},
+            "console.database must not be migration.database",
+        ),
+        (
+            {"database": {"existingSecret": "pg"}, "migration": {"database": {"existingSecret": "pg-owner"}},
+             "console": {"enabled": True, "database": {"existingSecret": "pg"}, "token": {"existingSecret": "t"}}},
+            "console.database must not be database",
+        ),
+    ],
+)
+def test_console_guards_name_the_value(override, complaint):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(complaint)):
+        render_raw(override)

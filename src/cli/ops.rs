@@ -10,10 +10,10 @@
 //!
 //! They need only the application role's grants (migrations/GRANTS.md).
 
-use super::relay_state::RelayState;
 use crate::config::{BrokerArgs, MetricsArgs, ReconcileBatchArgs, RetentionWindowArgs, StoreArgs, hostname};
 use crate::error::ConfigError;
 use crate::reconcile::{ReconcileSettings, Reconciler};
+use crate::relay::state::RelayState;
 use crate::store::ops::{
     EventRecord, EventState, KeyInspection, OutboxFilter, RedriveBy, RedriveOutcome, RedriveTarget,
 };
@@ -317,7 +317,7 @@ pub async fn run(job: OpsJob) -> anyhow::Result<ExitCode> {
             metrics,
             json,
         } => {
-            let relay = super::relay_state::relay_state(metrics).await;
+            let relay = crate::relay::state::relay_state(metrics).await;
             list(&*open(&store).await?, &filter, &relay, json).await
         }
         OpsJob::OutboxRetry {

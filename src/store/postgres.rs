@@ -50,6 +50,33 @@ const PRIVILEGE_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
      FROM pg_roles r, pg_class c \
      WHERE r.rolname = current_user AND c.oid = 'public.audit_log'::regclass";
 
+/// Everything the connected role may do beyond reading (the console's
+/// role, migrations/GRANTS.md), one label each; empty when it only reads:
+/// any write on a table of schema `public` (partitions included), running
+/// a function that changes something, creating objects, roles, ownership.
+const READ_ONLY_EXCESS_SQL: &str = "SELECT array_remove(ARRAY[ \
+       CASE WHEN r.rolsuper THEN 'superuser' END, \
+       CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END, \
+       CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END, \
+       CASE WHEN pg_has_role(current_user, o.relowner, 'MEMBER') THEN 'owner of the schema objects' END, \
+       CASE WHEN has_schema_privilege('public', 'CREATE') THEN 'may create objects in schema public' END \
+     ], NULL) \
+     || ARRAY(SELECT format('may write %s', c.relname) FROM pg_class c \
+        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') \
+          AND (has_table_privilege(c.oid, 'INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER') \
+               OR has_any_column_privilege(c.oid, 'INSERT,UPDATE,REFERENCES')) \
+        ORDER BY c.relname) \
+     || ARRAY(SELECT format('may run %s', p.oid::regprocedure) FROM pg_proc p \
+        WHERE p.pronamespace = 'public'::regnamespace \
+          AND p.proname IN ('oncegate_ensure_audit_partitions', 'oncegate_drop_audit_partitions', \
+            'oncegate_purge_audit_rows', 'oncegate_audit_seal_horizon', 'oncegate_clamp_cutoff', \
+            'oncegate_grant_app_role', 'oncegate_grant_console_role', 'oncegate_audit_purge_bounds', \
+            'oncegate_record_audit_purge', 'oncegate_seal_lock_key') \
+          AND has_function_privilege(p.oid, 'EXECUTE') \
+        ORDER BY 1) \
+     FROM pg_roles r, pg_class o \
+     WHERE r.rolname = current_user AND o.oid = 'public.audit_log'::regclass";
+
 /// Advisory lock key held by the instance that runs retention ("oncegate").
 const PURGE_LOCK: i64 = 0x6f6e_6365_6761_7465;
 pub(super) const OUTBOX_CHANNEL: &str = "oncegate_outbox";
@@ -514,6 +541,22 @@ impl AdminStore for PostgresStore {
 
     async fn grant_app_role(&self, role: &str) -> Result<(), StoreError> {
         sqlx::query("SELECT oncegate_grant_app_role($1)")
+            .bind(role)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn read_only_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
+        let excess: Vec<String> = sqlx::raw_sql(READ_ONLY_EXCESS_SQL)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(Some(excess))
+    }
+
+    async fn grant_console_role(&self, role: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT oncegate_grant_console_role($1)")
             .bind(role)
             .execute(&self.pool)
             .await?;

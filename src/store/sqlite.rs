@@ -422,6 +422,16 @@ impl AdminStore for SqliteStore {
         ))
     }
 
+    async fn read_only_excess(&self) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(None)
+    }
+
+    async fn grant_console_role(&self, _role: &str) -> Result<(), StoreError> {
+        Err(StoreError::Other(
+            "database roles are a Postgres feature; the SQLite file has none".into(),
+        ))
+    }
+
     /// SQLite holds no floor of its own: `ONCEGATE_RETENTION_FLOOR` is
     /// checked in the configuration.
     async fn retention_floor(&self) -> Result<Option<Duration>, StoreError> {

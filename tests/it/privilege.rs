@@ -724,3 +724,102 @@ async fn a_retention_below_the_database_floor_is_a_configuration_error() {
     .await;
     assert_eq!(code, 0, "the owner lowered the floor: {err}");
 }
+
+/// The console's role (migration 0018): `oncegate migrate --console-role`
+/// grants it reading only; it can read every table the console reads and
+/// write none; `read_only_excess` finds nothing. `oncegate console` as the
+/// owner, or as the console role once someone grants it a write, exits 64
+/// naming what it can do; the grant function takes that grant back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_role_can_only_read_and_the_console_refuses_more() {
+    let mut roles = Roles::default();
+    let db = roles.owned_database().await;
+    let console = roles.create("og_console_", "LOGIN").await;
+    let (code, err) = run_binary(
+        &[
+            "migrate",
+            "--database-url",
+            &db.owner_url,
+            "--console-role",
+            &console,
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("console role"), "{err}");
+    let console_url = url_for(&console, &db.name);
+    for table in [
+        "disbursements",
+        "audit_log",
+        "audit_seals",
+        "outbox",
+        "relay_slots",
+    ] {
+        assert_eq!(
+            scalar_as(&console_url, &format!("SELECT count(*) FROM {table}")).await,
+            0
+        );
+    }
+    for write in [
+        "INSERT INTO award_balances VALUES ('a', 1, 1, 1, now())",
+        "DELETE FROM processed_messages",
+        "UPDATE outbox SET attempts = 0",
+        "SELECT * FROM effects",
+        "SELECT oncegate_audit_seal_horizon()",
+        "CREATE TABLE t (x int)",
+    ] {
+        let refused = run_as(&console_url, write).await.expect_err(write);
+        assert_eq!(refused.0, "42501", "{write}: {refused:?}");
+    }
+    let store = open_store(&console_url, 2).await.unwrap();
+    assert_eq!(store.read_only_excess().await.unwrap(), Some(vec![]));
+
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "a-token-of-twenty-chars\n").unwrap();
+    let console_args = |url: &str| {
+        vec![
+            "console".to_string(),
+            "--database-url".into(),
+            url.to_string(),
+            "--console-listen".into(),
+            "127.0.0.1:0".into(),
+            "--console-token-file".into(),
+            token.path().display().to_string(),
+        ]
+    };
+    let args = console_args(&db.owner_url);
+    let (code, err) = run_binary(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await;
+    assert_eq!(code, 64, "the owner is refused: {err}");
+    assert!(
+        err.contains("owner of the schema objects") && err.contains("may write disbursements"),
+        "{err}"
+    );
+
+    run_as(&db.owner_url, &format!("GRANT UPDATE ON outbox TO {console}"))
+        .await
+        .unwrap();
+    let args = console_args(&console_url);
+    let (code, err) = run_binary(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await;
+    assert_eq!(code, 64, "a console role that can write is refused: {err}");
+    assert!(err.contains("may write outbox"), "names the excess: {err}");
+    let (code, err) = run_binary(
+        &[
+            "migrate",
+            "--database-url",
+            &db.owner_url,
+            "--console-role",
+            &console,
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        store.read_only_excess().await.unwrap(),
+        Some(vec![]),
+        "the grant function took it back"
+    );
+    drop(store);
+    roles.drop_all(&[]).await;
+}

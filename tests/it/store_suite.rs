@@ -19,6 +19,7 @@ on_both_stores!(
     changed_payload_is_processed_and_flagged,
     lookup_finds_stored_results_only,
     per_award_sequences_are_dense_under_group_commit,
+    the_consoles_reads_find_keys_pages_and_totals,
 );
 
 const TS: &str = "2026-11-29T10:00:00Z";
@@ -773,4 +774,60 @@ mod slots {
         store.relay_leave("m-a").await.unwrap();
         assert!(store.relay_slot_table().await.unwrap().members.is_empty());
     }
+}
+
+/// The console's reads (docs/CONSOLE.md) on both stores: keys by the
+/// prefix the logs print, a disbursement's key, an award's ledger a page at
+/// a time, its totals and reconcile's award checks.
+async fn the_consoles_reads_find_keys_pages_and_totals(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    for i in 0..3 {
+        let ts = format!("2026-11-29T10:00:0{i}Z");
+        c.submit(submission("AWD-C", &ts, b"x", 100 + i)).await.unwrap();
+    }
+    c.submit(submission("AWD-D", TS, b"y", 7)).await.unwrap();
+    let store = app.store.clone();
+    let first = store.award_ledger("AWD-C", 0, 2).await.unwrap();
+    assert_eq!(first.iter().map(|d| d.sequence).collect::<Vec<_>>(), [1, 2]);
+    let rest = store.award_ledger("AWD-C", 2, 2).await.unwrap();
+    assert_eq!(
+        rest.iter()
+            .map(|d| (d.sequence, d.amount_cents))
+            .collect::<Vec<_>>(),
+        [(3, 102)]
+    );
+    let key = &first[0].idempotency_key;
+    let found = store.find_keys(&key[..12], 5).await.unwrap();
+    assert_eq!(
+        &found,
+        std::slice::from_ref(key),
+        "the logged prefix finds the key"
+    );
+    assert!(
+        store.find_keys("%", 5).await.unwrap().is_empty(),
+        "a wildcard is a character"
+    );
+    assert!(store.find_keys("no-such-prefix", 5).await.unwrap().is_empty());
+    assert_eq!(
+        store.disbursement_key(first[0].id).await.unwrap().as_ref(),
+        Some(key)
+    );
+    assert_eq!(store.disbursement_key(uuid::Uuid::nil()).await.unwrap(), None);
+    let totals = store.award_totals("AWD-C").await.unwrap();
+    assert_eq!(
+        totals.balance.map(|b| (b.total_cents, b.disbursement_count)),
+        Some((303, 3))
+    );
+    assert_eq!(totals.ledger.map(|l| l.rows), Some(3));
+    let missing = store.award_totals("AWD-NONE").await.unwrap();
+    assert!(missing.balance.is_none() && missing.ledger.is_none());
+    assert!(
+        oncegate::reconcile::check_award(&*store, "AWD-C")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    app.shutdown().await;
 }

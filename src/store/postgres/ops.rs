@@ -148,21 +148,73 @@ impl OpsStore for PostgresStore {
             Some(_) => "award_id > $1 AND award_id <= $2",
             None => "award_id > $1 AND $2::text IS NULL",
         };
-        let sql = format!(
-            "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
-               b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
-             FROM (SELECT * FROM award_balances WHERE {range}) b \
-             FULL JOIN (SELECT award_id, sum(amount_cents)::text AS s, count(*) AS n, \
-                 count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
-               FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
-             ORDER BY 1"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = sqlx::query(sqlx::AssertSqlSafe(award_totals_sql(range)))
             .bind(after)
             .bind(until)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.iter().map(award_totals).collect::<Result<_, _>>()?)
+    }
+
+    async fn award_totals(&self, award_id: &str) -> Result<AwardTotals, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(award_totals_sql("award_id = $1")))
+            .bind(award_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(r) => award_totals(&r)?,
+            None => AwardTotals {
+                award_id: award_id.to_string(),
+                balance: None,
+                ledger: None,
+            },
+        })
+    }
+
+    async fn find_keys(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        // Byte-wise bounds (text_pattern_ops, migration 0017): the index
+        // serves them whatever the plan; LIKE with a parameter it would not.
+        Ok(sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements \
+             WHERE idempotency_key ~>=~ $1 AND idempotency_key ~<~ ($1 || chr(1114111)) \
+               AND starts_with(idempotency_key, $1) \
+             ORDER BY idempotency_key COLLATE \"C\" LIMIT $2",
+        )
+        .bind(prefix)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn disbursement_key(&self, id: Uuid) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT idempotency_key FROM disbursements WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn award_ledger(
+        &self,
+        award_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<LedgerRow>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {LEDGER_COLS} FROM disbursements d WHERE d.award_id = $1 AND d.sequence > $2 \
+             ORDER BY d.sequence LIMIT $3"
+        )))
+        .bind(award_id)
+        .bind(after_sequence)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            out.extend(ledger(r)?);
+        }
+        Ok(out)
     }
 
     async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {
@@ -393,6 +445,20 @@ async fn insert_audit(tx: &mut Transaction<'_, Postgres>, rows: &[AuditEntry]) -
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// Awards' running totals full-joined with their ledger rows' aggregates,
+/// for the awards `range` selects (in both tables).
+fn award_totals_sql(range: &str) -> String {
+    format!(
+        "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
+           b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
+         FROM (SELECT * FROM award_balances WHERE {range}) b \
+         FULL JOIN (SELECT award_id, sum(amount_cents)::text AS s, count(*) AS n, \
+             count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
+           FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
+         ORDER BY 1"
+    )
 }
 
 /// The first row of award `$1` whose sequence is not its position.

@@ -123,6 +123,22 @@ impl AuditStore for PostgresStore {
         })
     }
 
+    async fn seal_covering(&self, id: i64) -> Result<Option<AuditSeal>, StoreError> {
+        // The newest seal starting at or before the row (first_id's unique
+        // index, read backwards), if its range reaches the row.
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SEAL_COLS} FROM audit_seals WHERE first_id <= $1 ORDER BY first_id DESC LIMIT 1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row
+            .as_ref()
+            .map(audit_seal)
+            .transpose()?
+            .filter(|s| s.last_id >= id))
+    }
+
     async fn audit_seals(&self, from_seq: i64, limit: i64) -> Result<Vec<AuditSeal>, StoreError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {SEAL_COLS} FROM audit_seals WHERE seq >= $1 ORDER BY seq LIMIT $2"

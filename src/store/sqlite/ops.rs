@@ -23,6 +23,22 @@ const EVENT_COLS: &str = "o.event_id AS o_event_id, o.event_type AS o_event_type
      o.published_at AS o_published_at, o.attempts AS o_attempts, o.leased_until AS o_leased_until, \
      o.last_error AS o_last_error, o.quarantined_at AS o_quarantined_at";
 
+/// Awards' running totals full-joined with their ledger rows' aggregates,
+/// for the awards `range` selects (in both tables). The sum as text:
+/// SQLite's sum() of integers raises on overflow, and decimal() keeps it
+/// exact.
+fn award_totals_sql(range: &str) -> String {
+    format!(
+        "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
+           b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
+         FROM (SELECT * FROM award_balances WHERE {range}) b \
+         FULL JOIN (SELECT award_id, CAST(sum(amount_cents) AS TEXT) AS s, count(*) AS n, \
+             count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
+           FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
+         ORDER BY 1"
+    )
+}
+
 /// The first row of award `?1` whose sequence is not its position.
 const FIRST_GAP_SQL: &str = "SELECT expected, sequence, idempotency_key FROM ( \
        SELECT sequence, idempotency_key, row_number() OVER (ORDER BY sequence, idempotency_key) AS expected \
@@ -149,23 +165,74 @@ impl OpsStore for SqliteStore {
             Some(_) => "award_id > ?1 AND award_id <= ?2",
             None => "award_id > ?1 AND ?2 IS NULL",
         };
-        // The sum as text: SQLite's sum() of integers raises on overflow, and
-        // decimal() keeps it exact.
-        let sql = format!(
-            "SELECT coalesce(b.award_id, d.award_id) AS award, b.award_id AS b_award_id, b.total_cents, \
-               b.disbursement_count, b.last_sequence, b.updated_at, d.s, d.n, d.nd, d.mn, d.mx \
-             FROM (SELECT * FROM award_balances WHERE {range}) b \
-             FULL JOIN (SELECT award_id, CAST(sum(amount_cents) AS TEXT) AS s, count(*) AS n, \
-                 count(DISTINCT sequence) AS nd, min(sequence) AS mn, max(sequence) AS mx \
-               FROM disbursements WHERE {range} GROUP BY award_id) d ON d.award_id = b.award_id \
-             ORDER BY 1"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = sqlx::query(sqlx::AssertSqlSafe(award_totals_sql(range)))
             .bind(after)
             .bind(until)
             .fetch_all(&self.reader)
             .await?;
         Ok(rows.iter().map(award_totals).collect::<Result<_, _>>()?)
+    }
+
+    async fn award_totals(&self, award_id: &str) -> Result<AwardTotals, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(award_totals_sql("award_id = ?1")))
+            .bind(award_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(match row {
+            Some(r) => award_totals(&r)?,
+            None => AwardTotals {
+                award_id: award_id.to_string(),
+                balance: None,
+                ledger: None,
+            },
+        })
+    }
+
+    async fn find_keys(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        // BINARY collation: every key starting with the prefix sorts between
+        // it and the prefix followed by the last code point; the key's
+        // unique index serves the range.
+        Ok(sqlx::query_scalar(
+            "SELECT idempotency_key FROM disbursements \
+             WHERE idempotency_key >= ?1 AND idempotency_key < ?2 AND substr(idempotency_key, 1, length(?1)) = ?1 \
+             ORDER BY idempotency_key LIMIT ?3",
+        )
+        .bind(prefix)
+        .bind(format!("{prefix}\u{10FFFF}"))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    async fn disbursement_key(&self, id: Uuid) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT idempotency_key FROM disbursements WHERE id = ?1")
+                .bind(id.to_string())
+                .fetch_optional(&self.reader)
+                .await?,
+        )
+    }
+
+    async fn award_ledger(
+        &self,
+        award_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<LedgerRow>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {LEDGER_COLS} FROM disbursements d WHERE d.award_id = ?1 AND d.sequence > ?2 \
+             ORDER BY d.sequence LIMIT ?3"
+        )))
+        .bind(award_id)
+        .bind(after_sequence)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            out.extend(ledger(r)?);
+        }
+        Ok(out)
     }
 
     async fn first_sequence_gap(&self, award_id: &str) -> Result<Option<SequenceGap>, StoreError> {

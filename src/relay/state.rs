@@ -1,4 +1,5 @@
-//! The relay's state as the running sidecar reports it: `outbox list` reads
+//! The relay's state as the running sidecar reports it: `outbox list` and
+//! the console's relay page read
 //! `oncegate_relay_breaker_state{sink}` and, while paused, the cause in
 //! `oncegate_relay_outage{sink,cause,resource}` from the sidecar's metrics
 //! listener, since a paused relay leaves nothing in the store that tells it

@@ -1,0 +1,26 @@
+-- no-transaction
+-- The console's reads (docs/CONSOLE.md): every page is an indexed read.
+-- Run outside a transaction, so that the index is built CONCURRENTLY:
+-- claims go on writing the ledger while it builds, and pods of the
+-- previous release keep running beside the new ones (an index changes no
+-- column, no privilege, no function they use).
+--
+-- What the console already finds through earlier indexes: an award
+-- (award_balances' key), its disbursements in order (disbursements'
+-- (award_id, sequence) key, read a page at a time), a disbursement by id
+-- (its key), a key's claim and ledger row (their keys), a key's audit rows
+-- (audit_log_key_prefix, 0006), its events (outbox_award_sequence, 0006),
+-- the seal covering an audit row (audit_seals' first_id key, read
+-- backwards), the quarantined events (outbox_quarantined, 0016).
+--
+-- New: the ledger's keys by prefix, for the 12 characters the logs and
+-- the audit rows print. The unique key on idempotency_key uses the
+-- database's collation, which a LIKE 'prefix%' cannot use unless it is
+-- "C"; text_pattern_ops compares byte-wise and serves it.
+--
+-- If the build fails (a duplicate is impossible here; a cancel or a lost
+-- connection is not), Postgres leaves an INVALID index that IF NOT EXISTS
+-- would keep: drop it (DROP INDEX CONCURRENTLY disbursements_key_pattern)
+-- and migrate again.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS disbursements_key_pattern
+    ON disbursements (idempotency_key text_pattern_ops);
