@@ -239,3 +239,39 @@ impl ProcUsage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_usage_is_read_from_proc() {
+        let pid = std::process::id();
+        let a = ProcSample::read(pid).expect("own /proc entry");
+        // Burn some CPU so the window has some.
+        let mut x = 0u64;
+        let until = std::time::Instant::now() + Duration::from_millis(60);
+        while std::time::Instant::now() < until {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let b = ProcSample::read(pid).expect("own /proc entry");
+        let u = ProcUsage::between(pid, a, b, 10);
+        assert!(u.rss_mib > 0.0, "RSS {}", u.rss_mib);
+        assert!(
+            u.millicores >= 0.0 && u.millicores <= 64_000.0,
+            "{}",
+            u.millicores
+        );
+        assert!((u.cpu_us_per_op * 10.0 - (b.ticks - a.ticks) as f64 * 10_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_missing_process_is_named_in_the_error() {
+        let err = ProcSample::read(u32::MAX).err().expect("no such pid");
+        assert!(
+            format!("{err:#}").contains(&format!("/proc/{}/stat", u32::MAX)),
+            "{err:#}"
+        );
+    }
+}
