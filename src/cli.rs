@@ -55,10 +55,20 @@ const TOOL_POOL: u32 = 4;
 /// Connections of `oncegate relay`: each held slot publishes on its own.
 const RELAY_POOL: u32 = 10;
 
+/// What `oncegate --version` prints after the name: the crate's version and the git commit
+/// the binary was built from (build.rs: `ONCEGATE_BUILD_COMMIT` when set, "unknown" without
+/// git), e.g. `1.0.0 (commit 24a3062f5b1c)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ONCEGATE_BUILD_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "oncegate",
-    version,
+    version = VERSION,
     about = "Exactly-once effect for message consumers: a gRPC sidecar"
 )]
 pub struct Cli {
