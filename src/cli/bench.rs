@@ -328,32 +328,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     });
     let chans = channels(&args.target, args.connections).await?;
     let (histories, primed) = prime(&args, &shared, &chans).await?;
-    let cpu_before = match args.cpu_of {
-        Some(pid) => Some(rate::ProcSample::read(pid).context("--cpu-of")?),
-        None => None,
-    };
-    let (elapsed, total, open) = match args.rate {
-        Some(r) => {
-            let (e, t, o) = rate::measure(&args, r, &shared, &chans, histories).await?;
-            (e, t, Some(o))
-        }
-        None => {
-            let (e, t) = measure(&args, &shared, &chans, histories).await?;
-            (e, t, None)
-        }
-    };
-    let process = match (args.cpu_of, cpu_before) {
-        (Some(pid), Some(before)) => {
-            let after = rate::ProcSample::read(pid).context("--cpu-of")?;
-            Some(rate::ProcUsage::between(
-                pid,
-                before,
-                after,
-                total.claimed + total.duplicates,
-            ))
-        }
-        _ => None,
-    };
+    let (elapsed, total, open, process) = measure_watched(&args, &shared, &chans, histories).await?;
     let ledger = match (&store, before) {
         (Some(s), Some(before)) => Some(check_ledger(&**s, &before, &primed, &total).await?),
         _ => None,
@@ -370,6 +345,48 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// The measured run, closed or open loop (`--rate`), with the `--cpu-of`
+/// process's usage over exactly that window.
+async fn measure_watched(
+    args: &BenchArgs,
+    shared: &Arc<Shared>,
+    chans: &[Channel],
+    histories: Vec<Vec<u64>>,
+) -> anyhow::Result<(
+    Duration,
+    ClientStats,
+    Option<rate::RateRun>,
+    Option<rate::ProcUsage>,
+)> {
+    let cpu_before = match args.cpu_of {
+        Some(pid) => Some(rate::ProcSample::read(pid).context("--cpu-of")?),
+        None => None,
+    };
+    let (elapsed, total, open) = match args.rate {
+        Some(r) => {
+            let (e, t, o) = rate::measure(args, r, shared, chans, histories).await?;
+            (e, t, Some(o))
+        }
+        None => {
+            let (e, t) = measure(args, shared, chans, histories).await?;
+            (e, t, None)
+        }
+    };
+    let process = match (args.cpu_of, cpu_before) {
+        (Some(pid), Some(before)) => {
+            let after = rate::ProcSample::read(pid).context("--cpu-of")?;
+            Some(rate::ProcUsage::between(
+                pid,
+                before,
+                after,
+                total.claimed + total.duplicates,
+            ))
+        }
+        _ => None,
+    };
+    Ok((elapsed, total, open, process))
 }
 
 /// `--effects`: every client through the Effects API for the duration.
