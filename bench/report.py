@@ -250,6 +250,68 @@ if any(name in by for name, _ in INSTRUCTIONS):
         name: dict(by[name][0], description=desc) for name, desc in INSTRUCTIONS if name in by
     }
 
+# The fixed-rate report (--rate): per figure, medians over the rounds of the
+# process's millicores, RSS, latency and the latency added over the echo
+# measured in the same round, and the millicores over the echo's.
+RATE_FIGURES = [
+    ("rate_echo", "bare gRPC echo (the yardstick)"),
+    ("rate_dup_l1", "L1 duplicates"),
+    ("rate_fresh", "fresh claims"),
+    ("rate_mix", "30 % redeliveries"),
+]
+
+
+def rate_row(name, desc):
+    rs = by.get(name, {})
+    if not rs:
+        return None
+    echo = by.get("rate_echo", {})
+
+    def q(r, k):
+        return r["latency"].get("ALL", {}).get(k)
+
+    per = {}
+    for rnd, r in sorted(rs.items()):
+        e = echo.get(rnd)
+        per[rnd] = {
+            "millicores": r["process"]["millicores"],
+            "cpu_us_per_op": r["process"]["cpu_us_per_op"],
+            "rss_mib": r["process"]["rss_mib"],
+            "switches_per_op": r["process"].get("switches_per_op"),
+            "deliveries_per_s": r["deliveries_per_s"],
+            "p50_ms": q(r, "p50_ms"),
+            "p90_ms": q(r, "p90_ms"),
+            "p99_ms": q(r, "p99_ms"),
+            "postgres_cpu_us_per_claim": r.get("postgres_cpu_us_per_claim"),
+            "load1": r.get("load1"),
+            "errors": r.get("errors"),
+            "ledger_ok": r.get("ledger_ok"),
+            "mcpu_over_echo": None if e is None else r["process"]["millicores"] / max(e["process"]["millicores"], 1e-9),
+            **{
+                f"added_{k}": None if e is None or q(r, k) is None else q(r, k) - q(e, k)
+                for k in ("p50_ms", "p90_ms", "p99_ms")
+            },
+        }
+    keys = next(iter(per.values())).keys()
+    return {
+        "description": desc,
+        "per_round": per,
+        "median": {
+            k: med([v[k] for v in per.values()]) for k in keys if k not in ("errors", "ledger_ok")
+        },
+    }
+
+
+if any(n in by for n, _ in RATE_FIGURES):
+    summary["rate"] = {"offered_per_s": machine.get("rate"), "seconds": machine.get("rate_seconds")}
+    for prefix in ("", "before_"):
+        for name, desc in RATE_FIGURES:
+            if prefix and name == "rate_echo":
+                continue
+            row = rate_row(prefix + name, desc)
+            if row:
+                summary["rate"][prefix + name] = row
+
 steals = [r["r"]["steal_share"] for r in rows if "steal_share" in r["r"]]
 if steals:
     summary["steal_share"] = {"median": med(steals), "max": max(steals)}
@@ -348,6 +410,31 @@ if "instructions" in summary:
     if "in_dup_l1" in ins and "in_echo" in ins:
         ratio = ins["in_dup_l1"]["instructions_per_op"] / ins["in_echo"]["instructions_per_op"]
         md.append(f"\nL1 duplicate / echo call, instructions: **{ratio:.2f}**")
+if "rate" in summary:
+    rt = summary["rate"]
+    md.append(f"\n## At a fixed {fmt(rt['offered_per_s'])} deliveries/s (open loop, 1 KiB, Redis L2 on)\n")
+    md.append(
+        f"{rt['seconds']} s per figure, medians of the rounds; mCPU and RSS from /proc of the process "
+        "(the sidecar, or the echo), latency from each delivery's scheduled send time, added latency "
+        "and mCPU ratio against the echo measured in the same round; Postgres CPU is the whole server's.\n"
+    )
+    md.append(
+        "| figure | mCPU (per round) | × echo mCPU | CPU µs/op | thread sleeps/op | RSS MiB | p50 / p90 / p99 ms "
+        "| added over echo p50 / p90 / p99 ms | Postgres µs per claim | load1 |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    for name, row in rt.items():
+        if not isinstance(row, dict) or "median" not in row:
+            continue
+        m_ = row["median"]
+        label = ("before: " if name.startswith("before_") else "") + row["description"]
+        per = ", ".join(fmt(v["millicores"]) for v in row["per_round"].values())
+        md.append(
+            f"| {label} | **{fmt(m_['millicores'])}** ({per}) | {fmt(m_['mcpu_over_echo'], 2)} | "
+            f"{fmt(m_['cpu_us_per_op'], 1)} | {fmt(m_['switches_per_op'], 2)} | {fmt(m_['rss_mib'], 1)} | "
+            f"{fmt(m_['p50_ms'], 2)} / {fmt(m_['p90_ms'], 2)} / {fmt(m_['p99_ms'], 2)} | "
+            f"{fmt(m_['added_p50_ms'], 2)} / {fmt(m_['added_p90_ms'], 2)} / {fmt(m_['added_p99_ms'], 2)} | "
+            f"{fmt(m_['postgres_cpu_us_per_claim'])} | {fmt(m_['load1'], 1)} |"
+        )
 text = "\n".join(md) + "\n"
 open(base + ".md", "w").write(text)
 print(text)

@@ -10,7 +10,9 @@
 //! or sooner once [`HIGH_WATER`] bytes are waiting. If stderr stalls, at most
 //! [`CAP`] bytes wait; later lines are dropped and counted (a line saying how
 //! many, and `oncegate_log_lines_dropped_total`) — logging never blocks a
-//! request. Dropping the [`Guard`] writes what is left.
+//! request. Dropping the [`Guard`] writes what is left. While lines keep
+//! coming the thread flushes on its own timer and is never woken by a line;
+//! only the first line after a quiet interval wakes it.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -92,9 +94,16 @@ pub fn spawn<W: Write + Send + 'static>(out: W) -> std::io::Result<(LogWriter, G
 
 fn write_until_stopped<W: Write>(shared: &Shared, mut out: W) {
     let mut batch = Vec::new();
+    // Whether the last interval brought no line. The thread goes idle (to
+    // be woken by the next line) only after a whole quiet interval: while
+    // lines keep coming, at a steady moderate rate as much as under load, it
+    // wakes on its own timer and no request thread pays a wake-up (at
+    // 1,000 lines/s that was one futex wake per ~10 lines, each waking the
+    // thread from idle; docs/BENCHMARKS.md).
+    let mut quiet = true;
     loop {
         let mut st = shared.lock();
-        if st.buf.is_empty() && !st.stop {
+        if st.buf.is_empty() && !st.stop && quiet {
             st.idle = true;
             st = shared
                 .wake
@@ -109,6 +118,7 @@ fn write_until_stopped<W: Write>(shared: &Shared, mut out: W) {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        quiet = st.buf.is_empty();
         std::mem::swap(&mut st.buf, &mut batch);
         let (dropped, stop) = (std::mem::take(&mut st.dropped), st.stop);
         drop(st);

@@ -8,6 +8,7 @@
 use crate::cli::remote::{Target, TargetArgs};
 use crate::error::ConfigError;
 mod effects;
+mod rate;
 
 use crate::pb::gate_client::GateClient;
 use crate::pb::{self, Outcome, Tier};
@@ -68,6 +69,16 @@ pub struct BenchArgs {
     /// Suppress the progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Send this many deliveries per second on a fixed schedule, answered or not
+    /// (an open loop; latency from each one's scheduled send time), instead of
+    /// `--clients` each waiting for its answer. `--clients` then only primes.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Report this process's CPU (millicores, µs per delivery) over the
+    /// measured window and its resident memory at the end, from /proc
+    /// (the sidecar's or the echo's pid).
+    #[arg(long)]
+    pub cpu_of: Option<u32>,
     /// Drive the Effects API instead (Begin + Complete of fresh keys; Begins of
     /// completed ones with --duplicate-ratio).
     #[arg(long)]
@@ -82,6 +93,18 @@ impl BenchArgs {
                 "--duplicate-ratio must be between 0 and 1, got {}",
                 self.duplicate_ratio
             )));
+        }
+        if let Some(rate) = self.rate
+            && !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0)
+        {
+            return Err(ConfigError(format!(
+                "--rate must be a number of deliveries per second above 0 and at most 1000000, got {rate}"
+            )));
+        }
+        if self.rate.is_some() && self.effects {
+            return Err(ConfigError(
+                "--rate drives Submit only; it cannot be combined with --effects".into(),
+            ));
         }
         if let Some(url) = &self.database_url
             && !(url.starts_with("postgres://")
@@ -304,12 +327,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     });
     let chans = channels(&args.target, args.connections).await?;
     let (histories, primed) = prime(&args, &shared, &chans).await?;
-    let (elapsed, total) = measure(&args, &shared, &chans, histories).await?;
+    let (elapsed, total, open, process) = measure_watched(&args, &shared, &chans, histories).await?;
     let ledger = match (&store, before) {
         (Some(s), Some(before)) => Some(check_ledger(&**s, &before, &primed, &total).await?),
         _ => None,
     };
-    let report = Report::new(&args, elapsed, &total, ledger);
+    let mut report = Report::new(&args, elapsed, &total, ledger);
+    report.open = open;
+    report.process = process;
     if args.json {
         out!("{}", serde_json::to_string_pretty(&report.json())?)?;
     } else {
@@ -319,6 +344,48 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(LedgerCheck { ok: false, .. }) => ExitCode::from(2),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// The measured run, closed or open loop (`--rate`), with the `--cpu-of`
+/// process's usage over exactly that window.
+async fn measure_watched(
+    args: &BenchArgs,
+    shared: &Arc<Shared>,
+    chans: &[Channel],
+    histories: Vec<Vec<u64>>,
+) -> anyhow::Result<(
+    Duration,
+    ClientStats,
+    Option<rate::RateRun>,
+    Option<rate::ProcUsage>,
+)> {
+    let cpu_before = match args.cpu_of {
+        Some(pid) => Some(rate::ProcSample::read(pid).context("--cpu-of")?),
+        None => None,
+    };
+    let (elapsed, total, open) = match args.rate {
+        Some(r) => {
+            let (e, t, o) = rate::measure(args, r, shared, chans, histories).await?;
+            (e, t, Some(o))
+        }
+        None => {
+            let (e, t) = measure(args, shared, chans, histories).await?;
+            (e, t, None)
+        }
+    };
+    let process = match (args.cpu_of, cpu_before) {
+        (Some(pid), Some(before)) => {
+            let after = rate::ProcSample::read(pid).context("--cpu-of")?;
+            Some(rate::ProcUsage::between(
+                pid,
+                before,
+                after,
+                total.claimed + total.duplicates,
+            ))
+        }
+        _ => None,
+    };
+    Ok((elapsed, total, open, process))
 }
 
 /// `--effects`: every client through the Effects API for the duration.
@@ -482,6 +549,8 @@ struct Report {
     errors: BTreeMap<String, u64>,
     latency: Vec<(String, u64, [f64; 4])>,
     ledger: Option<LedgerCheck>,
+    open: Option<rate::RateRun>,
+    process: Option<rate::ProcUsage>,
 }
 
 impl Report {
@@ -505,6 +574,8 @@ impl Report {
             errors: s.errors.clone(),
             latency,
             ledger,
+            open: None,
+            process: None,
         }
     }
 
@@ -545,6 +616,24 @@ impl Report {
                 q[3]
             )?;
         }
+        if let Some(o) = &self.open {
+            out!(
+                "  open loop: {:.0}/s offered, {} scheduled, at most {} outstanding",
+                o.offered,
+                o.scheduled,
+                o.max_in_flight
+            )?;
+        }
+        if let Some(p) = &self.process {
+            out!(
+                "  process {}: {:.0} mCPU, {:.1} µs CPU and {:.2} thread sleeps per delivery, RSS {:.1} MiB",
+                p.pid,
+                p.millicores,
+                p.cpu_us_per_op,
+                p.switches_per_op,
+                p.rss_mib
+            )?;
+        }
         if let Some(l) = &self.ledger {
             out!(
                 "  ledger: {} — {}",
@@ -579,6 +668,16 @@ impl Report {
             "latency": latency,
             "ledger_ok": self.ledger.as_ref().map(|l| l.ok),
             "ledger": self.ledger.as_ref().map(|l| l.detail.clone()),
+            "offered_per_s": self.open.as_ref().map(|o| o.offered),
+            "scheduled": self.open.as_ref().map(|o| o.scheduled),
+            "max_in_flight": self.open.as_ref().map(|o| o.max_in_flight),
+            "process": self.process.as_ref().map(|p| serde_json::json!({
+                "pid": p.pid,
+                "millicores": p.millicores,
+                "cpu_us_per_op": p.cpu_us_per_op,
+                "rss_mib": p.rss_mib,
+                "switches_per_op": p.switches_per_op,
+            })),
         })
     }
 }
