@@ -511,7 +511,7 @@ pub async fn verify_export(
             };
             let line: Line = serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))?;
             replay.line(line).map_err(malformed)?;
-            if n % 10_000 == 0 {
+            if n.is_multiple_of(10_000) {
                 progress(replay.rows, 0);
             }
         }
