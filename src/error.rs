@@ -140,7 +140,7 @@ pub enum StoreError {
     /// confirmed results still answer). Certainly rolled back; it lasts
     /// until someone changes the server (a grant, the read-only setting).
     #[error("store refused: {0}")]
-    Refused(Refusal),
+    Refused(crate::primary::Refusal),
     /// Anything else.
     #[error("store error: {0}")]
     Other(String),
@@ -167,10 +167,10 @@ impl StoreError {
                     "55P03" | "57014" | "25P03" => Self::Timeout(err.to_string()),
                     // SQLite: database is locked / busy
                     "5" | "6" | "517" | "261" => Self::Retryable(err.to_string()),
-                    "42501" => Self::Refused(Refusal::InsufficientPrivilege {
+                    "42501" => Self::Refused(crate::primary::Refusal::InsufficientPrivilege {
                         detail: db.message().to_string(),
                     }),
-                    "25006" => Self::Refused(Refusal::ReadOnly),
+                    "25006" => Self::Refused(crate::primary::Refusal::ReadOnly),
                     // connection exceptions, admin shutdown, crash shutdown,
                     // cannot connect now, too many connections
                     c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300") => {
@@ -180,52 +180,6 @@ impl StoreError {
                 }
             }
             _ => Self::Other(err.to_string()),
-        }
-    }
-}
-
-/// Why a server that answered refused a write (SQLSTATE 42501, 25006):
-/// not a lost connection, not a bug.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// 42501: the role lacks a privilege; `detail` is the server's message
-    /// ("permission denied for table disbursements"), naming the object.
-    InsufficientPrivilege { detail: String },
-    /// 25006: the server takes no writes (`default_transaction_read_only`,
-    /// a managed Postgres near a full disk, a standby).
-    ReadOnly,
-}
-
-impl Refusal {
-    /// Every cause, for the metrics' zero series.
-    pub const LABELS: [&'static str; 2] = ["insufficient_privilege", "read_only"];
-
-    /// The `cause` label of `oncegate_store_refusals_total`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::InsufficientPrivilege { .. } => "insufficient_privilege",
-            Self::ReadOnly => "read_only",
-        }
-    }
-
-    /// What a refused caller reads: the cause and the object the server
-    /// named (a table name, never data), and that a retry will do.
-    pub fn answer(&self) -> String {
-        format!("the store refused the write: {self}; nothing was written, retry")
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::InsufficientPrivilege { detail } => write!(
-                f,
-                "insufficient privilege ({detail}): the database role lacks a grant (migrations/GRANTS.md)"
-            ),
-            Self::ReadOnly => write!(
-                f,
-                "the server is read-only (default_transaction_read_only, or a standby)"
-            ),
         }
     }
 }

@@ -35,7 +35,6 @@
 
 pub mod guard;
 
-use crate::error::Refusal;
 use guard::SyncGuard;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -322,6 +321,52 @@ impl PrimaryWatch {
     /// (health).
     pub fn taking_claims(&self) -> tokio::sync::watch::Receiver<bool> {
         self.taking_claims.subscribe()
+    }
+}
+
+/// Why a server that answered refused a write (SQLSTATE 42501, 25006):
+/// not a lost connection, not a bug.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 42501: the role lacks a privilege; `detail` is the server's message
+    /// ("permission denied for table disbursements"), naming the object.
+    InsufficientPrivilege { detail: String },
+    /// 25006: the server takes no writes (`default_transaction_read_only`,
+    /// a managed Postgres near a full disk, a standby).
+    ReadOnly,
+}
+
+impl Refusal {
+    /// Every cause, for the metrics' zero series.
+    pub const LABELS: [&'static str; 2] = ["insufficient_privilege", "read_only"];
+
+    /// The `cause` label of `oncegate_store_refusals_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::InsufficientPrivilege { .. } => "insufficient_privilege",
+            Self::ReadOnly => "read_only",
+        }
+    }
+
+    /// What a refused caller reads: the cause and the object the server
+    /// named (a table name, never data), and that a retry will do.
+    pub fn answer(&self) -> String {
+        format!("the store refused the write: {self}; nothing was written, retry")
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InsufficientPrivilege { detail } => write!(
+                f,
+                "insufficient privilege ({detail}): the database role lacks a grant (migrations/GRANTS.md)"
+            ),
+            Self::ReadOnly => write!(
+                f,
+                "the server is read-only (default_transaction_read_only, or a standby)"
+            ),
+        }
     }
 }
 

@@ -102,7 +102,8 @@ impl Consumers {
             i += 1;
             let redelivery = {
                 let answered = self.answered.lock().unwrap();
-                (i.is_multiple_of(4) && !answered.is_empty()).then(|| answered[(i * 31) % answered.len()].clone())
+                (i.is_multiple_of(4) && !answered.is_empty())
+                    .then(|| answered[(i * 31) % answered.len()].clone())
             };
             let s = redelivery.unwrap_or_else(|| self.fresh());
             if self.deliver(&s, i).await {
