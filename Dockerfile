@@ -29,6 +29,9 @@ ARG BUILDER_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${BUILDER_IMAGE} AS builder
+# The commit `oncegate --version` names: the context holds no .git, so pass it
+# (--build-arg ONCEGATE_BUILD_COMMIT=$(git rev-parse --short=12 HEAD)); "unknown" without.
+ARG ONCEGATE_BUILD_COMMIT=unknown
 WORKDIR /src
 COPY . .
 # Cargo.lock is the contract (--locked); the caches only speed up rebuilds.

@@ -22,8 +22,8 @@ pub mod redis_stream;
 mod seam;
 
 pub use seam::{
-    BROKER_TIMEOUT, Batch, BlockCause, Blocked, Broker, BrokerEntry, BrokerLog, Coverage, PUBLISH_TIMEOUT,
-    PublishError, ReaderFn, Sink, SinkSettings, SinkSpec, SlotId, TRIM_MARGIN,
+    BROKER_TIMEOUT, Batch, BlockCause, Blocked, Broker, BrokerEntry, BrokerLog, BrokerOptions, BrokerSetting,
+    Coverage, PUBLISH_TIMEOUT, PublishError, ReaderFn, Sink, SinkSettings, SinkSpec, SlotId, TRIM_MARGIN,
 };
 
 use std::sync::Arc;
@@ -37,6 +37,63 @@ pub const BROKERS: &[&Broker] = &[
     &kafka::BROKER,
 ];
 
+/// Every broker's own settings ([`Broker::settings`]), in registry order.
+pub fn own_settings() -> impl Iterator<Item = &'static BrokerSetting> {
+    BROKERS.iter().flat_map(|b| b.settings.iter())
+}
+
+/// A broker's schemes as a reader meets them: `redis://…`, `log`.
+fn schemes_of(broker: &Broker) -> impl Iterator<Item = String> {
+    broker.schemes.iter().map(|s| match s.ends_with("://") {
+        true => format!("{s}…"),
+        false => s.to_string(),
+    })
+}
+
+/// `a, b or c`.
+fn either(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// The brokers whose log `reconcile` and `audit verify --anchors` read
+/// back, for messages: `redis://…, nats://… or kafka://…`.
+pub fn readable_schemes() -> String {
+    let schemes: Vec<String> = BROKERS
+        .iter()
+        .filter(|b| b.reader.is_some())
+        .flat_map(|b| schemes_of(b))
+        .collect();
+    either(&schemes)
+}
+
+/// `ONCEGATE_RELAY_SINK`'s help: `none` and each broker of the registry.
+pub fn sink_help() -> String {
+    let each: Vec<String> = BROKERS
+        .iter()
+        .map(|b| format!("{} ({})", schemes_of(b).collect::<Vec<_>>().join(", "), b.about))
+        .collect();
+    format!(
+        "Where outbox events go: `none`, or {}. `reconcile` reads it back ({} keep a log to \
+         read) and compares it with the ledger; `none`: the ledger only.",
+        either(&each),
+        readable_schemes()
+    )
+}
+
+/// `ONCEGATE_RELAY_STREAM`'s help: what it names in each broker.
+pub fn stream_help() -> String {
+    let each: Vec<String> = BROKERS
+        .iter()
+        .filter(|b| !b.stream_is.is_empty())
+        .map(|b| format!("{}: {}", b.name, b.stream_is))
+        .collect();
+    format!("Where in the broker events go ({}).", each.join("; "))
+}
+
 impl SinkSpec {
     /// `none`, `log` or a broker URL; a URL of a known scheme that does not
     /// parse is refused, naming the setting and what is wrong.
@@ -45,17 +102,7 @@ impl SinkSpec {
             return Ok(Self::None);
         }
         let Some(broker) = BROKERS.iter().copied().find(|b| b.matches(s)) else {
-            let schemes: Vec<String> = BROKERS
-                .iter()
-                .flat_map(|b| b.schemes.iter())
-                .map(|s| {
-                    if s.ends_with("://") {
-                        format!("{s}…")
-                    } else {
-                        s.to_string()
-                    }
-                })
-                .collect();
+            let schemes: Vec<String> = BROKERS.iter().flat_map(|b| schemes_of(b)).collect();
             return Err(format!(
                 "ONCEGATE_RELAY_SINK must be none, {}, got {:?}",
                 schemes.join(", "),

@@ -8,9 +8,12 @@
 //! Everything is checked before any port is bound: a [`ConfigError`] names
 //! the setting, and the process exits with code 64.
 
+pub mod deprecated;
+pub mod reference;
+
 use crate::app::{AppConfig, ProbeSettings, ServerLimits, TlsFiles};
 use crate::audit::AuditSettings;
-use crate::broker::{SinkSettings, SinkSpec};
+use crate::broker::{BrokerOptions, SinkSettings, SinkSpec};
 use crate::cache::CacheSettings;
 use crate::effects::EffectsSettings;
 use crate::error::ConfigError;
@@ -114,6 +117,38 @@ impl StoreArgs {
     }
 }
 
+/// The Prometheus listener (`/metrics`): where `serve` and `relay` serve
+/// it, and where `outbox list` reads the sidecar's relay state.
+#[derive(Debug, Clone, Args)]
+pub struct MetricsArgs {
+    /// Prometheus metrics listen address (`/metrics`). `outbox list` reads
+    /// the running sidecar's relay state from it (run it in the pod).
+    #[arg(
+        long,
+        visible_alias = "metrics",
+        env = "ONCEGATE_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
+    pub metrics_listen: SocketAddr,
+}
+
+/// This process's name among the instances.
+#[derive(Debug, Clone, Args)]
+pub struct InstanceArgs {
+    /// This instance's name (default: the host name): written to audit rows
+    /// and seals, shown with the relay slots it holds (every relay process
+    /// adds a part of its own).
+    #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+}
+
+impl InstanceArgs {
+    /// `ONCEGATE_INSTANCE_ID`, or the host name.
+    pub fn id(&self) -> String {
+        self.instance_id.clone().unwrap_or_else(hostname)
+    }
+}
+
 /// `ONCEGATE_DB_POOLER`: what DATABASE_URL reaches ([`crate::store::Pooler`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DbPooler {
@@ -143,9 +178,8 @@ pub struct ServeArgs {
     /// Extra plaintext listener serving only grpc.health.v1 (for kubelet probes).
     #[arg(long, env = "ONCEGATE_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
-    /// Prometheus metrics listen address (`/metrics`).
-    #[arg(long, env = "ONCEGATE_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
-    pub metrics_listen: SocketAddr,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Apply migrations at start (disable when a migration Job does it).
     #[arg(long, env = "ONCEGATE_MIGRATE_ON_START", default_value_t = true, action = clap::ArgAction::Set)]
     pub migrate_on_start: bool,
@@ -190,9 +224,8 @@ pub struct ServeArgs {
     /// (`oncegate relay`, `oncegate purge`, …); serve refuses them here.
     #[arg(long, env = "ONCEGATE_DB_POOLER", value_enum, default_value = "none")]
     pub db_pooler: DbPooler,
-    /// Written to audit rows (default: the host name).
-    #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
-    pub instance_id: Option<String>,
+    #[command(flatten)]
+    pub instance: InstanceArgs,
     /// Bound on the SIGTERM drain.
     #[arg(long, env = "ONCEGATE_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -378,21 +411,8 @@ impl TlsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RelaySettingsArgs {
-    /// Where outbox events go: `none`, `log`, `redis://…` (Streams), `nats://…` (JetStream),
-    /// `amqp://…` (RabbitMQ, publisher confirms) or `kafka://host:port[,host:port]`
-    /// (one Kafka transaction per batch).
-    #[arg(long, env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
-    pub relay_sink: SinkSpec,
-    /// Redis stream key, JetStream stream name, or AMQP exchange (durable, topic;
-    /// routing key = the event type).
-    #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
-    pub relay_stream: String,
-    /// JetStream subject events are published on (and the stream captures).
-    #[arg(long, env = "ONCEGATE_RELAY_SUBJECT", default_value = "oncegate.events")]
-    pub relay_subject: String,
-    /// Approximate maximum length of the Redis stream (XADD MAXLEN ~).
-    #[arg(long, env = "ONCEGATE_RELAY_STREAM_MAXLEN", default_value_t = 1_000_000)]
-    pub relay_stream_maxlen: u64,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
     /// Events published per slot and step (one batch; one Kafka transaction).
     #[arg(long, env = "ONCEGATE_RELAY_BATCH", default_value_t = 256)]
     pub relay_batch: i64,
@@ -409,18 +429,6 @@ pub struct RelaySettingsArgs {
     /// Failed publishes before an event is quarantined.
     #[arg(long, env = "ONCEGATE_RELAY_MAX_ATTEMPTS", default_value_t = 10)]
     pub relay_max_attempts: i32,
-    /// Kafka: slot N publishes with `transactional.id` = this prefix and N. The slot owns
-    /// the id, not the pod: whoever takes a slot fences whoever held it. Give each
-    /// deployment relaying to one cluster its own prefix.
-    #[arg(
-        long,
-        env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
-        default_value = "oncegate-relay-"
-    )]
-    pub relay_kafka_transactional_id_prefix: String,
-    /// No longer used (transactional ids are per slot): refused, naming its replacement.
-    #[arg(long, env = "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", hide = true)]
-    pub relay_kafka_transactional_id: Option<String>,
     /// Slots the outbox is divided into when it has none yet (the first relay creates
     /// them). Each slot is published by one pod at a time, so this bounds how many pods
     /// publish at once; with Kafka each slot a pod holds is a producer (threads of its
@@ -441,29 +449,13 @@ impl RelaySettingsArgs {
     /// The sink to connect; `owner` names the broker connection.
     pub fn sink(&self, owner: &str) -> SinkSettings {
         SinkSettings {
-            spec: self.relay_sink.clone(),
-            stream: self.relay_stream.clone(),
-            connection_name: format!("oncegate-relay {owner}"),
-            subject: self.relay_subject.clone(),
-            stream_maxlen: self.relay_stream_maxlen,
-            transactional_id_prefix: self.relay_kafka_transactional_id_prefix.clone(),
             lease: self.relay_lease,
+            ..self.broker.settings(&format!("oncegate-relay {owner}"))
         }
     }
 
     /// The relay loop's settings; `owner` names the instance it runs in.
     pub fn relay(&self, owner: &str) -> Result<RelaySettings, ConfigError> {
-        if self.relay_kafka_transactional_id.is_some() {
-            return Err(ConfigError::new(
-                "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID is no longer used: each outbox slot has its own \
-                 transactional id (prefix + slot); set ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX instead",
-            ));
-        }
-        if self.relay_kafka_transactional_id_prefix.is_empty() {
-            return Err(ConfigError::new(
-                "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX must not be empty",
-            ));
-        }
         if self.relay_batch < 1 {
             return Err(ConfigError::new("ONCEGATE_RELAY_BATCH must be at least 1"));
         }
@@ -495,12 +487,8 @@ impl RelaySettingsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RetentionArgs {
-    /// How long claims and audit rows are kept (2 CFR 200.334: three years).
-    #[arg(long, env = "ONCEGATE_RETENTION", default_value = "3years", value_parser = humantime::parse_duration)]
-    pub retention: Duration,
-    /// How long published outbox rows are kept.
-    #[arg(long, env = "ONCEGATE_OUTBOX_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
-    pub outbox_retention: Duration,
+    #[command(flatten)]
+    pub windows: RetentionWindowArgs,
     /// Rows per purge transaction.
     #[arg(long, env = "ONCEGATE_PURGE_BATCH", default_value_t = 1000)]
     pub purge_batch: i64,
@@ -548,20 +536,13 @@ impl RetentionArgs {
     /// The purge's policy, without the floor; the error names the setting
     /// that is wrong.
     pub fn policy(&self) -> Result<RetentionPolicy, ConfigError> {
-        if self.retention.is_zero() {
-            return Err(ConfigError::new("ONCEGATE_RETENTION must be greater than 0"));
-        }
-        if self.outbox_retention.is_zero() {
-            return Err(ConfigError::new(
-                "ONCEGATE_OUTBOX_RETENTION must be greater than 0",
-            ));
-        }
+        let (retention, outbox_retention) = self.windows.check()?;
         if self.purge_batch < 1 {
             return Err(ConfigError::new("ONCEGATE_PURGE_BATCH must be at least 1"));
         }
         Ok(RetentionPolicy {
-            retention: self.retention,
-            outbox_retention: self.outbox_retention,
+            retention,
+            outbox_retention,
             batch_size: self.purge_batch,
         })
     }
@@ -602,58 +583,118 @@ impl ReconcileBatchArgs {
     }
 }
 
-/// The broker the relay publishes to, for reading it back (`reconcile`).
+/// The broker: where the relay publishes, and what `reconcile` reads back.
+/// Its own settings come from its room in the registry ([`BrokerOptionArgs`]).
 #[derive(Debug, Clone, Args)]
 pub struct BrokerArgs {
-    /// The relay's broker, read back and compared with the ledger:
-    /// `redis://…` (Streams), `nats://…` (JetStream) or `kafka://…`; `none`: the ledger only.
-    #[arg(long = "sink", env = "ONCEGATE_RELAY_SINK", default_value = "none", value_parser = parse_sink)]
-    pub sink: SinkSpec,
-    /// Redis stream key, JetStream stream name, or Kafka topic.
     #[arg(
-        long = "stream",
+        long,
+        visible_alias = "sink",
+        env = "ONCEGATE_RELAY_SINK",
+        default_value = "none",
+        value_parser = parse_sink,
+        help = "Where outbox events go: `none`, `log` or a broker URL.",
+        long_help = crate::broker::sink_help()
+    )]
+    pub relay_sink: SinkSpec,
+    #[command(flatten)]
+    pub stream: StreamArgs,
+    #[command(flatten)]
+    pub options: BrokerOptionArgs,
+}
+
+/// Where in the broker events go (also what `audit verify --anchors` reads).
+#[derive(Debug, Clone, Args)]
+pub struct StreamArgs {
+    #[arg(
+        long,
+        visible_alias = "stream",
         env = "ONCEGATE_RELAY_STREAM",
-        default_value = "oncegate-events"
+        default_value = "oncegate-events",
+        help = "Where in the broker events go.",
+        long_help = crate::broker::stream_help()
     )]
-    pub stream: String,
-    /// The relay's Redis stream cap (XADD MAXLEN ~): a stream shorter than
-    /// it has lost no entry to trimming.
-    #[arg(
-        long = "stream-maxlen",
-        env = "ONCEGATE_RELAY_STREAM_MAXLEN",
-        default_value_t = 1_000_000
-    )]
-    pub stream_maxlen: u64,
+    pub relay_stream: String,
 }
 
 impl BrokerArgs {
-    /// The sink to read back; `None` for a sink that keeps no log (`none`,
+    /// The broker's settings; `connection_name` names this process's connection.
+    pub fn settings(&self, connection_name: &str) -> SinkSettings {
+        SinkSettings {
+            options: self.options.0.clone(),
+            ..SinkSettings::new(
+                self.relay_sink.clone(),
+                &self.stream.relay_stream,
+                connection_name,
+            )
+        }
+    }
+
+    /// The broker to read back; `None` for a sink that keeps no log (`none`,
     /// `log`, AMQP).
     pub fn sink(&self) -> Option<SinkSettings> {
-        self.sink
+        self.relay_sink
             .broker()
             .is_some_and(|b| b.reader.is_some())
-            .then(|| SinkSettings {
-                spec: self.sink.clone(),
-                stream: self.stream.clone(),
-                connection_name: "oncegate-reconcile".into(),
-                subject: String::new(),
-                stream_maxlen: self.stream_maxlen,
-                transactional_id_prefix: String::new(),
-                lease: Duration::from_secs(30),
-            })
+            .then(|| self.settings("oncegate-reconcile"))
     }
 }
 
-/// The retention windows reconcile allows for (as the sidecar's settings).
+/// Each broker's own settings ([`crate::broker::Broker::settings`]), declared
+/// in its room: a flag and an environment variable each, for every
+/// subcommand that takes the broker.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerOptionArgs(pub BrokerOptions);
+
+impl clap::FromArgMatches for BrokerOptionArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut options = BrokerOptions::default();
+        for setting in crate::broker::own_settings() {
+            if let Some(value) = matches.get_one::<String>(setting.env) {
+                options.set(setting, value.clone());
+            }
+        }
+        Ok(Self(options))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for BrokerOptionArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        crate::broker::own_settings().fold(cmd, |cmd, setting| {
+            let check = setting.check;
+            cmd.arg(
+                clap::Arg::new(setting.env)
+                    .long(setting.flag)
+                    .visible_aliases(setting.aliases)
+                    .env(setting.env)
+                    .default_value(setting.default)
+                    .help(setting.help)
+                    .value_parser(move |value: &str| check(value).map(|()| value.to_string())),
+            )
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// How long claims, audit rows and published events are kept: what the
+/// purge removes, and what `reconcile` allows for.
 #[derive(Debug, Clone, Args)]
 pub struct RetentionWindowArgs {
-    /// The sidecar's claim retention: a ledger row older than this may have
-    /// lost its claim to the purge.
+    /// How long claims and audit rows are kept (2 CFR 200.334: three years).
+    /// `reconcile`: a ledger row older than this may have lost its claim to
+    /// the purge.
     #[arg(long, env = "ONCEGATE_RETENTION", default_value = "3years", value_parser = humantime::parse_duration)]
     pub retention: Duration,
-    /// The sidecar's outbox retention: a ledger row older than this may have
-    /// lost its published event to the cleanup.
+    /// How long published outbox rows are kept. `reconcile`: a ledger row
+    /// older than this may have lost its published event to the cleanup.
     #[arg(long, env = "ONCEGATE_OUTBOX_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub outbox_retention: Duration,
 }
@@ -817,7 +858,7 @@ impl ServeArgs {
     /// Everything `serve` runs with, checked.
     pub fn app_config(&self) -> Result<AppConfig, ConfigError> {
         self.check_limits()?;
-        let instance: Arc<str> = self.instance_id.clone().unwrap_or_else(hostname).into();
+        let instance: Arc<str> = self.instance.id().into();
         let store = self.store_settings()?;
         let retention = self.retention.policy_for(&store.url)?;
         Ok(AppConfig {
@@ -832,7 +873,7 @@ impl ServeArgs {
             primary_probe: self.probe_settings()?,
             listen: self.listen,
             health_listen: self.health_listen,
-            metrics_listen: self.metrics_listen,
+            metrics_listen: self.metrics.metrics_listen,
             tls: self.tls.files(),
             shutdown_grace: self.shutdown_grace,
             cache: CacheSettings {
@@ -921,7 +962,7 @@ impl ServeArgs {
         if self.migrate_on_start {
             on.push("migrations at start (ONCEGATE_MIGRATE_ON_START=false; run oncegate migrate against the server)");
         }
-        if self.relay.relay_sink != SinkSpec::None {
+        if self.relay.broker.relay_sink != SinkSpec::None {
             on.push("the outbox relay (ONCEGATE_RELAY_SINK=none; run oncegate relay)");
         }
         if !self.retention.purge_interval.is_zero() {
@@ -1028,7 +1069,7 @@ impl ServeArgs {
             self.redis_url.as_deref().map(mask_url).unwrap_or_else(off),
             self.listen,
             self.health_listen.map(|a| a.to_string()).unwrap_or_else(off),
-            self.metrics_listen,
+            self.metrics.metrics_listen,
             self.tls.tls_cert.is_some(),
             self.tls.tls_client_ca.is_some(),
             self.l1_capacity_bytes,
@@ -1036,8 +1077,8 @@ impl ServeArgs {
             self.group_commit_max_batch,
             self.group_commit_workers,
             self.max_in_flight,
-            self.relay.relay_sink,
-            humantime::format_duration(self.retention.retention),
+            self.relay.broker.relay_sink,
+            humantime::format_duration(self.retention.windows.retention),
             self.store.db_pool_size,
             humantime::format_duration(self.effects.effects_cache_ttl),
             self.effects.effects_namespace_ttl,

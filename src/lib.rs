@@ -20,9 +20,11 @@
 //!   (`effect begin|complete|release|get`), `cli/ops` (`reconcile`,
 //!   `inspect`, `outbox`), `cli/audit` (`audit seal|verify|export|keygen`),
 //!   `cli/bench`.
-//! - [`config`]: shared argument groups → [`app::AppConfig`], [`store::StoreSettings`],
-//!   [`relay::RelaySettings`], … **A new setting** goes here (the flag) and
-//!   into its component's settings type (the value).
+//! - [`config`]: shared argument groups (each setting declared once) →
+//!   [`app::AppConfig`], [`store::StoreSettings`], [`relay::RelaySettings`], …
+//!   **A new setting** goes here (the flag) and into its component's
+//!   settings type (the value); `config/reference` prints the reference
+//!   (`docs/CONFIGURATION.md`), `config/deprecated` keeps retired names working.
 //! - [`app`]: `App::build` (binds everything) and `run_until_shutdown`;
 //!   [`shutdown`]: the drain's phases and the named background tasks.
 //! - [`server`]: the gRPC service (admission, deadlines, wire mapping);
@@ -58,7 +60,8 @@
 //! - [`broker`]: the brokers, one room each (its sink, its reconcile
 //!   reader, its URL and wire format) and one registry table,
 //!   [`broker::BROKERS`]. **A new broker** is one room implementing
-//!   [`broker::Sink`] plus one registry line. Today: `broker/log`,
+//!   [`broker::Sink`] (its own settings, [`broker::BrokerSetting`]s, in it)
+//!   plus one registry line. Today: `broker/log`,
 //!   `broker/redis_stream`, `broker/nats`, `broker/amqp`, `broker/kafka`.
 //! - [`relay`]: the outbox relay across pods: slots held with generations
 //!   (`relay/share` the fair share, `relay/slot` one slot's step,

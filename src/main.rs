@@ -1,6 +1,5 @@
 //! The `oncegate` binary: parse, resolve the settings, set up logging, run.
 
-use clap::Parser;
 use oncegate::cli::Cli;
 use oncegate::config::LogFormat;
 use oncegate::error::{ConfigError, EXIT_CLOSED_PIPE, EXIT_CONFIG};
@@ -21,8 +20,8 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let (cli, deprecated) = match Cli::parse_from_env(std::env::args_os(), |k| std::env::var(k).ok()) {
+        Ok(parsed) => parsed,
         Err(e) => {
             let code = match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
@@ -56,6 +55,7 @@ fn main() -> ExitCode {
         }
     };
     let log_guard = init_tracing(format, level, traces.as_ref());
+    warn_deprecated(&deprecated);
     let result = runtime.block_on(oncegate::cli::run(job));
     // Exports the spans still buffered while the runtime still runs.
     if let Some(traces) = traces {
@@ -92,6 +92,19 @@ fn report(format: LogFormat, e: &anyhow::Error, log_guard: Option<log_writer::Gu
             drop(log_guard);
             eprintln!("error: {}", oncegate::cli::error_text(e));
         }
+    }
+}
+
+/// A WARN for each retired setting still set (`config::deprecated`),
+/// naming its successor; its value is never logged.
+fn warn_deprecated(deprecated: &[&oncegate::config::deprecated::Deprecated]) {
+    for d in deprecated {
+        tracing::warn!(
+            setting = d.env,
+            successor = d.successor,
+            "deprecated setting, still accepted this major version; its value is {}",
+            d.now
+        );
     }
 }
 

@@ -90,6 +90,59 @@ async fn within_deadline<T: Send + 'static>(
     })?
 }
 
+/// One unary call, the frame every handler shares: its method, start, server
+/// span and the caller's deadline. A handler admits ([`Call::admit`]), runs
+/// its work ([`Call::run`]) and reports ([`Call::observe`]); only the wire
+/// mapping is its own.
+struct Call {
+    /// `Submit`, the metric's `method` label.
+    method: &'static str,
+    start: Instant,
+    span: tracing::Span,
+    deadline: Option<Instant>,
+}
+
+impl Call {
+    /// `rpc` is the span's name, `oncegate.v1.Gate/Submit`.
+    fn new<T>(req: &Request<T>, rpc: &'static str) -> Self {
+        Self {
+            method: rpc.rsplit('/').next().unwrap_or(rpc),
+            start: Instant::now(),
+            span: server_span(req, rpc),
+            deadline: deadline_of(req),
+        }
+    }
+
+    /// An admission's refusal observed (`overloaded`) and on the span.
+    fn admit(&self, admitted: Result<Admitted, GateError>) -> Result<Admitted, GateError> {
+        admitted.inspect_err(|e| {
+            observe(self.method, self.start, e.label());
+            record_code(&self.span, e.code());
+        })
+    }
+
+    /// `work`, holding `permit` until it ends, in the call's span and within
+    /// the caller's deadline ([`within_deadline`]); its status on the span.
+    async fn run<T: Send + 'static>(
+        &self,
+        permit: Admitted,
+        work: impl Future<Output = Result<T, GateError>> + Send + 'static,
+    ) -> Result<T, GateError> {
+        let work = async move {
+            let _permit = permit;
+            work.await
+        };
+        let result = within_deadline(self.deadline, work.instrument(self.span.clone())).await;
+        record_status(&self.span, &result);
+        result
+    }
+
+    /// The call's duration under `result`.
+    fn observe(&self, result: &'static str) {
+        observe(self.method, self.start, result);
+    }
+}
+
 /// The caller's deadline, a little early so our answer beats the transport's:
 /// tonic's own grpc-timeout timer starts when the headers arrive (before the
 /// body is read and this handler runs) and answers `CANCELLED`, not
@@ -163,7 +216,6 @@ fn record_code(span: &tracing::Span, code: tonic::Code) {
 
 /// The decision and the deciding tier on the server span.
 fn record_decision(span: &tracing::Span, result: &Result<Decided, GateError>) {
-    record_status(span, result);
     if let Ok(d) = result {
         span.record(
             "oncegate.decision",
@@ -233,23 +285,18 @@ fn result_label(r: &Result<Decided, GateError>) -> &'static str {
 #[tonic::async_trait]
 impl pb::gate_server::Gate for GateService {
     async fn submit(&self, req: Request<pb::Submission>) -> Result<Response<pb::Decision>, Status> {
-        let start = Instant::now();
-        let span = server_span(&req, "oncegate.v1.Gate/Submit");
-        let deadline = deadline_of(&req);
-        let permit = self.admit(1).inspect_err(|e| {
-            observe("Submit", start, "overloaded");
-            record_code(&span, e.code());
-        })?;
+        let call = Call::new(&req, "oncegate.v1.Gate/Submit");
+        let permit = call.admit(self.admit(1))?;
         let gate = self.gate.clone();
         let caller = caller_traceparent(&req).map(str::to_owned);
         let submission = req.into_inner();
-        let work = async move {
-            let _permit = permit;
-            gate.submit(&submission, caller.as_deref()).await
-        };
-        let result = within_deadline(deadline, work.instrument(span.clone())).await;
-        record_decision(&span, &result);
-        observe("Submit", start, result_label(&result));
+        let result = call
+            .run(permit, async move {
+                gate.submit(&submission, caller.as_deref()).await
+            })
+            .await;
+        record_decision(&call.span, &result);
+        call.observe(result_label(&result));
         Ok(Response::new(decision(&result?)))
     }
 
@@ -257,9 +304,7 @@ impl pb::gate_server::Gate for GateService {
         &self,
         req: Request<pb::SubmitBatchRequest>,
     ) -> Result<Response<pb::SubmitBatchResponse>, Status> {
-        let start = Instant::now();
-        let span = server_span(&req, "oncegate.v1.Gate/SubmitBatch");
-        let deadline = deadline_of(&req);
+        let call = Call::new(&req, "oncegate.v1.Gate/SubmitBatch");
         let caller = caller_traceparent(&req).map(str::to_owned);
         let items = req.into_inner().submissions;
         if items.len() > self.max_batch_items {
@@ -270,18 +315,17 @@ impl pb::gate_server::Gate for GateService {
             ))
             .into());
         }
-        let permit = self.admit(items.len().max(1))?;
+        let permit = call.admit(self.admit(items.len().max(1)))?;
         let gate = self.gate.clone();
-        let work = async move {
-            let _permit = permit;
-            Ok(gate.submit_batch(&items, caller.as_deref()).await)
-        };
-        let results = within_deadline(deadline, work.instrument(span.clone())).await;
-        record_status(&span, &results);
+        let results = call
+            .run(permit, async move {
+                Ok(gate.submit_batch(&items, caller.as_deref()).await)
+            })
+            .await;
         if let Ok(r) = &results {
-            record_batch(&span, r);
+            record_batch(&call.span, r);
         }
-        observe("SubmitBatch", start, if results.is_ok() { "ok" } else { "error" });
+        call.observe(if results.is_ok() { "ok" } else { "error" });
         let results = results?
             .into_iter()
             .map(|r| pb::Result {

@@ -28,6 +28,9 @@ pub const BROKER: Broker = Broker {
     // away: nothing to read back.
     reader: None,
     exactly_once: false,
+    about: "RabbitMQ, publisher confirms",
+    stream_is: "the exchange (durable, topic; routing key = the event type)",
+    settings: &[],
 };
 
 /// AMQP delivery mode of a message the broker writes to disk.

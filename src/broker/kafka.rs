@@ -40,7 +40,7 @@ pub use transaction::COMMIT_MARGIN;
 pub use url::KafkaUrl;
 pub use wire::{PARTITIONER, marks_topic, transactional_id};
 
-use super::seam::{Batch, Broker, BrokerLog, PUBLISH_TIMEOUT, PublishError, Sink, SlotId};
+use super::seam::{Batch, Broker, BrokerLog, BrokerSetting, PUBLISH_TIMEOUT, PublishError, Sink, SlotId};
 use crate::store::OutboxEvent;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -59,7 +59,7 @@ pub const BROKER: Broker = Broker {
         Ok(Arc::new(KafkaSink::new(
             url,
             &s.stream,
-            &s.transactional_id_prefix,
+            s.options.get(&TRANSACTIONAL_ID_PREFIX),
             s.lease,
         )?))
     },
@@ -70,6 +70,22 @@ pub const BROKER: Broker = Broker {
         })
     }),
     exactly_once: true,
+    about: "one Kafka transaction per batch; kafka://host:port[,host:port][?librdkafka properties]",
+    stream_is: "the topic",
+    settings: &[TRANSACTIONAL_ID_PREFIX],
+};
+
+/// `ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX`: whose transactional ids
+/// the slots publish with.
+pub const TRANSACTIONAL_ID_PREFIX: BrokerSetting = BrokerSetting {
+    env: "ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX",
+    flag: "relay-kafka-transactional-id-prefix",
+    aliases: &[],
+    default: "oncegate-relay-",
+    help: "Kafka: slot N publishes with `transactional.id` = this prefix and N. The slot owns the \
+           id, not the pod: whoever takes a slot fences whoever held it. Give each deployment \
+           relaying to one cluster its own prefix.",
+    check: BrokerSetting::not_empty,
 };
 
 /// How long connecting (metadata, `init_transactions`, declarations) may

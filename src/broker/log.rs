@@ -13,6 +13,9 @@ pub const BROKER: Broker = Broker {
     sink: |_, _| Ok(Arc::new(LogSink)),
     reader: None,
     exactly_once: false,
+    about: "one INFO line per event, for local use",
+    stream_is: "",
+    settings: &[],
 };
 
 pub struct LogSink;

@@ -6,8 +6,8 @@
 //! after use) from the first message to the last one there when reading began.
 
 use super::seam::{
-    BROKER_TIMEOUT, Broker, BrokerEntry, BrokerLog, Coverage, PUBLISH_TIMEOUT, PublishError, Sink,
-    TRIM_MARGIN,
+    BROKER_TIMEOUT, Broker, BrokerEntry, BrokerLog, BrokerSetting, Coverage, PUBLISH_TIMEOUT, PublishError,
+    Sink, TRIM_MARGIN,
 };
 use crate::store::OutboxEvent;
 use async_nats::jetstream::consumer::DeliverPolicy;
@@ -23,7 +23,13 @@ pub const BROKER: Broker = Broker {
     name: "nats",
     schemes: &["nats://", "tls://"],
     check_url,
-    sink: |url, s| Ok(Arc::new(JetStreamSink::new(url, &s.stream, &s.subject)?)),
+    sink: |url, s| {
+        Ok(Arc::new(JetStreamSink::new(
+            url,
+            &s.stream,
+            s.options.get(&SUBJECT),
+        )?))
+    },
     reader: Some(|url, s| {
         Box::pin(async move {
             let log = JetStreamLog::connect(url, &s.stream).await?;
@@ -31,6 +37,19 @@ pub const BROKER: Broker = Broker {
         })
     }),
     exactly_once: false,
+    about: "NATS JetStream",
+    stream_is: "the stream name",
+    settings: &[SUBJECT],
+};
+
+/// `ONCEGATE_RELAY_SUBJECT`: where the sink publishes.
+pub const SUBJECT: BrokerSetting = BrokerSetting {
+    env: "ONCEGATE_RELAY_SUBJECT",
+    flag: "relay-subject",
+    aliases: &[],
+    default: "oncegate.events",
+    help: "JetStream subject events are published on (and the stream captures).",
+    check: BrokerSetting::not_empty,
 };
 
 /// The message headers the relay sets.

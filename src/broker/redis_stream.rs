@@ -4,8 +4,8 @@
 //! lost is sent again; consumers dedupe on the `event_id` field.
 
 use super::seam::{
-    BROKER_TIMEOUT, Broker, BrokerEntry, BrokerLog, Coverage, PUBLISH_TIMEOUT, PublishError, Sink,
-    TRIM_MARGIN,
+    BROKER_TIMEOUT, Broker, BrokerEntry, BrokerLog, BrokerSetting, Coverage, PUBLISH_TIMEOUT, PublishError,
+    Sink, TRIM_MARGIN,
 };
 use crate::store::OutboxEvent;
 use async_trait::async_trait;
@@ -20,14 +20,32 @@ pub const BROKER: Broker = Broker {
     name: "redis",
     schemes: &["redis://", "rediss://"],
     check_url: |url| check_url(url).map(|_| ()),
-    sink: |url, s| Ok(Arc::new(RedisStreamSink::new(url, &s.stream, s.stream_maxlen)?)),
+    sink: |url, s| {
+        let maxlen = s.options.parse(&STREAM_MAXLEN).map_err(anyhow::Error::msg)?;
+        Ok(Arc::new(RedisStreamSink::new(url, &s.stream, maxlen)?))
+    },
     reader: Some(|url, s| {
         Box::pin(async move {
-            let log = RedisStreamLog::connect(url, &s.stream, s.stream_maxlen).await?;
+            let maxlen = s.options.parse(&STREAM_MAXLEN)?;
+            let log = RedisStreamLog::connect(url, &s.stream, maxlen).await?;
             Ok(Box::new(log) as Box<dyn BrokerLog>)
         })
     }),
     exactly_once: false,
+    about: "Redis Streams",
+    stream_is: "the stream key",
+    settings: &[STREAM_MAXLEN],
+};
+
+/// `ONCEGATE_RELAY_STREAM_MAXLEN`: the stream's cap.
+pub const STREAM_MAXLEN: BrokerSetting = BrokerSetting {
+    env: "ONCEGATE_RELAY_STREAM_MAXLEN",
+    flag: "relay-stream-maxlen",
+    aliases: &["stream-maxlen"],
+    default: "1000000",
+    help: "Approximate maximum length of the Redis stream (XADD MAXLEN ~); reconcile: a stream \
+           shorter than it has lost no entry to trimming.",
+    check: BrokerSetting::number,
 };
 
 /// The stream entry's fields, as the relay writes them and reconcile reads them.

@@ -39,6 +39,81 @@ pub struct Broker {
     /// Every event reaches a consumer once (Kafka's read_committed), rather
     /// than at least once: reconcile counts a repeated event as a mismatch.
     pub exactly_once: bool,
+    /// What it is, for help and messages (`Redis Streams`).
+    pub about: &'static str,
+    /// What `ONCEGATE_RELAY_STREAM` names in it (`the stream key`); empty
+    /// when it publishes nowhere named.
+    pub stream_is: &'static str,
+    /// Its own settings, beyond the URL and the stream: `config` offers
+    /// each to every subcommand that takes broker settings, and the values
+    /// reach the room in [`SinkSettings::options`].
+    pub settings: &'static [BrokerSetting],
+}
+
+/// A setting of one broker's own, declared in its room. No clap here:
+/// `config` turns each into a flag and an environment variable.
+#[derive(Debug)]
+pub struct BrokerSetting {
+    /// The environment variable (`ONCEGATE_RELAY_SUBJECT`).
+    pub env: &'static str,
+    /// The flag without its dashes (`relay-subject`).
+    pub flag: &'static str,
+    /// Other names the flag answers to.
+    pub aliases: &'static [&'static str],
+    pub default: &'static str,
+    /// The help line, as `--help` and the configuration reference show it.
+    pub help: &'static str,
+    /// Whether a value is well formed (run while parsing); the error says
+    /// what is wrong.
+    pub check: fn(&str) -> Result<(), String>,
+}
+
+impl BrokerSetting {
+    /// Any value: a name.
+    pub fn any(_: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// A value that must not be empty.
+    pub fn not_empty(value: &str) -> Result<(), String> {
+        match value.is_empty() {
+            true => Err("must not be empty".into()),
+            false => Ok(()),
+        }
+    }
+
+    /// A whole number.
+    pub fn number(value: &str) -> Result<(), String> {
+        value
+            .parse::<u64>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a whole number"))
+    }
+}
+
+/// The brokers' own settings as given, each read by its room through
+/// [`BrokerOptions::get`]; one not given is its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerOptions(std::collections::BTreeMap<&'static str, String>);
+
+impl BrokerOptions {
+    /// The value of `setting`, or its default.
+    pub fn get(&self, setting: &BrokerSetting) -> &str {
+        self.0.get(setting.env).map_or(setting.default, String::as_str)
+    }
+
+    /// Sets `setting` (checked by its room's `check` when it is read).
+    pub fn set(&mut self, setting: &BrokerSetting, value: impl Into<String>) {
+        self.0.insert(setting.env, value.into());
+    }
+
+    /// The value of `setting` parsed, the error naming it.
+    pub fn parse<T: std::str::FromStr>(&self, setting: &BrokerSetting) -> Result<T, String> {
+        let value = self.get(setting);
+        (setting.check)(value)
+            .and_then(|()| value.parse().map_err(|_| format!("{value:?} does not parse")))
+            .map_err(|why| format!("{}: {why}", setting.env))
+    }
 }
 
 /// Opens a broker's log of published events.
@@ -120,14 +195,24 @@ pub struct SinkSettings {
     pub stream: String,
     /// Names this process's broker connection (AMQP `connection_name`).
     pub connection_name: String,
-    /// JetStream subject.
-    pub subject: String,
-    /// Approximate Redis stream cap (`XADD MAXLEN ~`).
-    pub stream_maxlen: u64,
-    /// Kafka: the `transactional.id` of slot N is this prefix and N.
-    pub transactional_id_prefix: String,
+    /// Each broker's own settings ([`Broker::settings`]); its room reads them.
+    pub options: BrokerOptions,
     /// The relay's slot lease: a Kafka transaction must end well within it.
     pub lease: Duration,
+}
+
+impl SinkSettings {
+    /// `spec` publishing to (or read back from) `stream`, each broker's own
+    /// settings at their defaults, for a 30 s lease.
+    pub fn new(spec: SinkSpec, stream: &str, connection_name: &str) -> Self {
+        Self {
+            spec,
+            stream: stream.to_string(),
+            connection_name: connection_name.to_string(),
+            options: BrokerOptions::default(),
+            lease: Duration::from_secs(30),
+        }
+    }
 }
 
 /// A slot of the outbox as a sink sees it: its number and how many there are.

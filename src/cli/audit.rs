@@ -2,7 +2,7 @@
 //! command line (`docs/AUDIT.md`).
 
 use crate::broker::{SinkSettings, SinkSpec};
-use crate::config::{SealArgs, StoreArgs, TimeRangeArgs, hostname};
+use crate::config::{InstanceArgs, SealArgs, StoreArgs, StreamArgs, TimeRangeArgs};
 use crate::error::ConfigError;
 use crate::seal::anchor::{ANCHOR_TYPE, Anchor, Anchors};
 use crate::seal::export::{self, Target};
@@ -57,9 +57,8 @@ pub struct SealCommandArgs {
     pub store: StoreArgs,
     #[command(flatten)]
     pub seal: SealArgs,
-    /// Written into each seal (default: the host name).
-    #[arg(long, env = "ONCEGATE_INSTANCE_ID")]
-    pub instance_id: Option<String>,
+    #[command(flatten)]
+    pub instance: InstanceArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -85,10 +84,9 @@ pub struct VerifyArgs {
     /// anchored seal the chain lacks, is a mismatch.
     #[arg(long, value_name = "FILE|URL")]
     pub anchors: Option<String>,
-    /// With `--anchors URL`: the Redis stream key, JetStream stream or Kafka
-    /// topic the relay publishes to.
-    #[arg(long, env = "ONCEGATE_RELAY_STREAM", default_value = "oncegate-events")]
-    pub stream: String,
+    // With `--anchors URL`: where the relay publishes.
+    #[command(flatten)]
+    pub stream: StreamArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -124,7 +122,7 @@ impl AuditArgs {
     pub fn resolve(self) -> Result<AuditJob, ConfigError> {
         Ok(match self.command {
             AuditCommand::Seal(a) => {
-                let instance = a.instance_id.clone().unwrap_or_else(hostname);
+                let instance = a.instance.id();
                 AuditJob::Seal(a.store.settings(AUDIT_POOL)?, a.seal.settings(instance.into())?)
             }
             AuditCommand::Verify(a) => {
@@ -139,7 +137,7 @@ impl AuditArgs {
                             .map_err(|e| ConfigError::new(format!("--public-key: {e}")))?,
                     ),
                 };
-                let (anchors, broker) = anchor_source(a.anchors.as_deref(), &a.stream)?;
+                let (anchors, broker) = anchor_source(a.anchors.as_deref(), &a.stream.relay_stream)?;
                 AuditJob::Verify(source, a.range.range()?, Checks { keys, anchors }, broker)
             }
             AuditCommand::Export(a) => {
@@ -187,22 +185,17 @@ fn anchor_source(
     }
     let spec = SinkSpec::parse(given).map_err(|e| ConfigError::new(format!("--anchors: {e}")))?;
     if spec.broker().is_none_or(|b| b.reader.is_none()) {
-        return Err(ConfigError::new(
-            "--anchors: only a redis://, nats:// or kafka:// broker keeps a log to read back",
-        ));
+        return Err(ConfigError(format!(
+            "--anchors: only a {} broker keeps a log to read back",
+            crate::broker::readable_schemes()
+        )));
     }
-    Ok((
-        None,
-        Some(Box::new(SinkSettings {
-            spec,
-            stream: stream.to_string(),
-            connection_name: "oncegate-audit-verify".into(),
-            subject: String::new(),
-            stream_maxlen: u64::MAX,
-            transactional_id_prefix: String::new(),
-            lease: Duration::from_secs(30),
-        })),
-    ))
+    let mut sink = SinkSettings::new(spec, stream, "oncegate-audit-verify");
+    // Every anchor counts, however long the stream: none is taken for trimmed.
+    let uncapped = u64::MAX.to_string();
+    sink.options
+        .set(&crate::broker::redis_stream::STREAM_MAXLEN, uncapped);
+    Ok((None, Some(Box::new(sink))))
 }
 
 /// The `audit.sealed` events the broker holds, as anchors.

@@ -5,7 +5,7 @@
 //! per deciding tier, and with `--database-url` checks the ledger afterwards
 //! (disbursements = unique submissions, totals exact), exiting 2 on a mismatch.
 
-use crate::cli::remote::{Target, TargetParser};
+use crate::cli::remote::{Target, TargetArgs};
 use crate::error::ConfigError;
 mod effects;
 
@@ -27,9 +27,8 @@ use tonic::transport::Channel;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// The sidecar (or echo server) to drive: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Concurrent clients (each one request at a time).
     #[arg(long, default_value_t = 16)]
     pub clients: usize,

@@ -3,7 +3,7 @@
 //! read from the database: state, attempt, lease, response; never the
 //! request, which is not stored).
 
-use crate::cli::remote::{Target, TargetParser, print_status};
+use crate::cli::remote::{Target, TargetArgs, print_status};
 use crate::config::StoreArgs;
 use crate::error::ConfigError;
 use crate::pb;
@@ -45,9 +45,8 @@ pub struct RecordArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct BeginArgs {
-    /// The sidecar's address: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     pub record: RecordArgs,
     /// The request text (hashed into the fingerprint, never stored).
@@ -65,9 +64,8 @@ pub struct BeginArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CompleteArgs {
-    /// The sidecar's address: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     pub record: RecordArgs,
     #[arg(long)]
@@ -81,9 +79,8 @@ pub struct CompleteArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ReleaseArgs {
-    /// The sidecar's address: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     pub record: RecordArgs,
     #[arg(long)]

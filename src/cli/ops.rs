@@ -11,7 +11,7 @@
 //! They need only the application role's grants (migrations/GRANTS.md).
 
 use super::relay_state::RelayState;
-use crate::config::{BrokerArgs, ReconcileBatchArgs, RetentionWindowArgs, StoreArgs, hostname};
+use crate::config::{BrokerArgs, MetricsArgs, ReconcileBatchArgs, RetentionWindowArgs, StoreArgs, hostname};
 use crate::error::ConfigError;
 use crate::reconcile::{ReconcileSettings, Reconciler};
 use crate::store::ops::{
@@ -114,14 +114,10 @@ pub struct OutboxListArgs {
     /// At most this many events.
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
-    /// The sidecar's metrics listener, read for the relay's state
-    /// (publishing, or paused while its broker is unreachable).
-    #[arg(
-        long = "metrics",
-        env = "ONCEGATE_METRICS_LISTEN",
-        default_value = "127.0.0.1:9464"
-    )]
-    pub metrics: std::net::SocketAddr,
+    // The sidecar's metrics listener, read for the relay's state
+    // (publishing, or paused while its broker is unreachable).
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -249,7 +245,7 @@ impl OutboxArgs {
                         award_id: a.award,
                         limit: a.limit,
                     },
-                    metrics: a.metrics,
+                    metrics: a.metrics.metrics_listen,
                     json: a.json,
                 })
             }

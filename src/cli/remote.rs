@@ -142,6 +142,24 @@ impl std::str::FromStr for Target {
     }
 }
 
+/// The sidecar a command calls: one definition of `ONCEGATE_TARGET` for
+/// every subcommand that takes it.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// The sidecar's address: host:port, or http(s)://host:port (`bench`:
+    /// the sidecar, or the echo server, it drives).
+    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
+    pub target: Target,
+}
+
+impl std::ops::Deref for TargetArgs {
+    type Target = Target;
+
+    fn deref(&self) -> &Target {
+        &self.target
+    }
+}
+
 /// Parses `--target` for clap: the error names the flag and what is wrong,
 /// and quotes the value only through [`Target`]'s own message (clap's
 /// default would echo a password given in the URL).
@@ -210,9 +228,8 @@ fn check_host_port(authority: &str, port_required: bool) -> Result<(), String> {
 
 #[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {
-    /// The sidecar's address: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[arg(long)]
     pub award_id: String,
     /// RFC 3339 (default: now).
@@ -232,9 +249,8 @@ pub struct SubmitArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct LookupArgs {
-    /// The sidecar's address: host:port, or http(s)://host:port.
-    #[arg(long, env = "ONCEGATE_TARGET", default_value = "127.0.0.1:50051", value_parser = TargetParser)]
-    pub target: Target,
+    #[command(flatten)]
+    pub target: TargetArgs,
     pub idempotency_key: String,
 }
 

@@ -2,13 +2,12 @@
 //! caller's deadline (a waiting `Begin` ends with `DEADLINE_EXCEEDED`), and
 //! the wire mapping.
 
-use super::{admit, deadline_of, record_status, server_span, within_deadline};
+use super::{Call, admit};
 use crate::effects::{Begun, Effects};
 use crate::error::GateError;
 use crate::pb;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -32,12 +31,9 @@ impl EffectsService {
     }
 }
 
-fn observe<T>(method: &'static str, start: Instant, result: &Result<T, GateError>) {
-    super::observe(
-        method,
-        start,
-        result.as_ref().map_or_else(GateError::label, |_| "ok"),
-    );
+/// A call's metric label: `ok`, or the error's.
+fn label<T>(result: &Result<T, GateError>) -> &'static str {
+    result.as_ref().map_or_else(GateError::label, |_| "ok")
 }
 
 fn begin_response(b: Begun) -> pb::BeginResponse {
@@ -61,17 +57,17 @@ fn begin_response(b: Begun) -> pb::BeginResponse {
 #[tonic::async_trait]
 impl pb::effects_server::Effects for EffectsService {
     async fn begin(&self, req: Request<pb::BeginRequest>) -> Result<Response<pb::BeginResponse>, Status> {
-        let start = Instant::now();
-        let span = server_span(&req, "oncegate.v1.Effects/Begin");
-        let deadline = deadline_of(&req);
-        let _permit = self.admit()?;
+        let call = Call::new(&req, "oncegate.v1.Effects/Begin");
+        let _permit = call.admit(self.admit())?;
         let raw = req.into_inner();
-        // Inline, not `within_deadline`: a waiting Begin whose caller went
-        // away must stop waiting (and not take a lease for nobody); each of
-        // its store transactions runs in a task of its own.
-        let result = self.effects.begin(&raw, deadline).instrument(span.clone()).await;
-        record_status(&span, &result);
-        observe("Begin", start, &result);
+        // Inline, not `Call::run`: a waiting Begin whose caller went away
+        // must stop waiting (and not take a lease for nobody); each of its
+        // store transactions runs in a task of its own.
+        let result = (self.effects.begin(&raw, call.deadline))
+            .instrument(call.span.clone())
+            .await;
+        super::record_status(&call.span, &result);
+        call.observe(label(&result));
         Ok(Response::new(begin_response(result?)))
     }
 
@@ -79,19 +75,13 @@ impl pb::effects_server::Effects for EffectsService {
         &self,
         req: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        let start = Instant::now();
-        let span = server_span(&req, "oncegate.v1.Effects/Complete");
-        let deadline = deadline_of(&req);
-        let permit = self.admit()?;
-        let effects = self.effects.clone();
-        let raw = req.into_inner();
-        let work = async move {
-            let _permit = permit;
-            effects.complete(&raw).await
-        };
-        let result = within_deadline(deadline, work.instrument(span.clone())).await;
-        record_status(&span, &result);
-        observe("Complete", start, &result);
+        let call = Call::new(&req, "oncegate.v1.Effects/Complete");
+        let permit = call.admit(self.admit())?;
+        let (effects, raw) = (self.effects.clone(), req.into_inner());
+        let result = call
+            .run(permit, async move { effects.complete(&raw).await })
+            .await;
+        call.observe(label(&result));
         Ok(Response::new(pb::CompleteResponse {
             completed_at: crate::time_fmt::rfc3339(result?.completed_at),
         }))
@@ -101,19 +91,11 @@ impl pb::effects_server::Effects for EffectsService {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let start = Instant::now();
-        let span = server_span(&req, "oncegate.v1.Effects/Release");
-        let deadline = deadline_of(&req);
-        let permit = self.admit()?;
-        let effects = self.effects.clone();
-        let raw = req.into_inner();
-        let work = async move {
-            let _permit = permit;
-            effects.release(&raw).await
-        };
-        let result = within_deadline(deadline, work.instrument(span.clone())).await;
-        record_status(&span, &result);
-        observe("Release", start, &result);
+        let call = Call::new(&req, "oncegate.v1.Effects/Release");
+        let permit = call.admit(self.admit())?;
+        let (effects, raw) = (self.effects.clone(), req.into_inner());
+        let result = call.run(permit, async move { effects.release(&raw).await }).await;
+        call.observe(label(&result));
         result?;
         Ok(Response::new(pb::ReleaseResponse {}))
     }

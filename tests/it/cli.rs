@@ -13,34 +13,6 @@ use std::time::Duration;
 
 const TS: &str = "2026-12-04T10:00:00Z";
 
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs the real binary with only `PATH` and `env` in its environment.
-async fn oncegate(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = tokio::process::Command::new(oncegate_bin());
-    cmd.args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("the command ends by itself")
-        .expect("the binary runs");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 /// A line of `stdout` starting with `prefix`, the rest of it.
 fn field<'a>(stdout: &'a str, prefix: &str) -> &'a str {
     stdout
@@ -57,7 +29,7 @@ async fn call(command: &[&str], target: &str, rest: &[&str], env: &[(&str, &str)
         argv.extend(["--target", target]);
     }
     argv.extend_from_slice(rest);
-    let run = oncegate(&argv, env).await;
+    let run = run_oncegate(&argv, env).await;
     assert_eq!(run.code, Some(0), "{argv:?}: {run:?}");
     run
 }
@@ -202,7 +174,7 @@ async fn a_bad_target_is_refused_naming_the_flag_and_what_is_wrong() {
             ("http://127.0.0.1:50051/v1", "has a path"),
             ("http://operator:hunter2@127.0.0.1:50051", "user information"),
         ] {
-            let run = oncegate(&[command, &["--target", target]].concat(), &[]).await;
+            let run = run_oncegate(&[command, &["--target", target]].concat(), &[]).await;
             assert_eq!(run.code, Some(64), "{command:?} {target}: {run:?}");
             assert!(run.stdout.is_empty(), "{command:?} {target}: {run:?}");
             assert_eq!(
@@ -213,7 +185,7 @@ async fn a_bad_target_is_refused_naming_the_flag_and_what_is_wrong() {
             assert!(run.stderr.contains("--target"), "names the flag: {run:?}");
             assert!(!run.stderr.contains("hunter2"), "no secret echoed: {run:?}");
         }
-        let run = oncegate(command, &[("ONCEGATE_TARGET", "localhost")]).await;
+        let run = run_oncegate(command, &[("ONCEGATE_TARGET", "localhost")]).await;
         assert_eq!(run.code, Some(64), "ONCEGATE_TARGET: {run:?}");
         assert!(run.stderr.contains("no port"), "{run:?}");
     }
@@ -229,7 +201,7 @@ async fn an_error_is_printed_once_and_without_a_backtrace() {
     let addr = app.addr.to_string();
     for backtrace in [None, Some("1"), Some("full")] {
         let env: Vec<(&str, &str)> = backtrace.map(|b| ("RUST_BACKTRACE", b)).into_iter().collect();
-        let unreachable = oncegate(
+        let unreachable = run_oncegate(
             &[
                 "submit",
                 "--target",
@@ -262,7 +234,7 @@ async fn an_error_is_printed_once_and_without_a_backtrace() {
             1,
             "each cause once: {unreachable:?}"
         );
-        let refused = oncegate(
+        let refused = run_oncegate(
             &[
                 "submit",
                 "--target",
@@ -278,7 +250,7 @@ async fn an_error_is_printed_once_and_without_a_backtrace() {
         assert_eq!(refused.code, Some(1), "{refused:?}");
         assert_eq!(refused.stderr.lines().count(), 1, "once: {refused:?}");
         assert!(refused.stderr.starts_with("InvalidArgument: "), "{refused:?}");
-        let not_effect = oncegate(
+        let not_effect = run_oncegate(
             &[
                 "effect",
                 "begin",
@@ -315,7 +287,7 @@ async fn a_failing_serve_says_so_once_and_last_in_either_log_format() {
     let listen = taken.local_addr().unwrap().to_string();
     let says = format!("binding ONCEGATE_LISTEN on {listen}: ");
     for format in ["text", "json"] {
-        let run = oncegate(
+        let run = run_oncegate(
             &["serve", "--database-url", &db.url, "--listen", &listen],
             &[
                 ("ONCEGATE_METRICS_LISTEN", "127.0.0.1:0"),
@@ -478,4 +450,43 @@ async fn a_closed_stdout_ends_the_command_quietly_with_141() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!((out.status.code(), stderr.as_ref()), (Some(141), ""));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+/// A retired setting still set by a deployment (DESIGN §12: settings keep
+/// working for the major version) is accepted with a WARN naming its
+/// successor, where the subcommand reads the successor; nowhere else, and
+/// not when it is unset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_setting_is_accepted_with_a_warning_naming_its_successor() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("oncegate.db");
+    let sqlite = file.to_str().unwrap();
+    let retired = ("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID", "grants-relay-pod-0");
+    let migrate = run_oncegate(&["migrate"], &[("ONCEGATE_SQLITE_PATH", sqlite), retired]).await;
+    assert_eq!(migrate.code, Some(0), "{}", migrate.stderr);
+    assert!(
+        !migrate.stderr.contains("deprecated"),
+        "migrate reads no relay setting: {}",
+        migrate.stderr
+    );
+    let warned = run_oncegate(&["reconcile"], &[("ONCEGATE_SQLITE_PATH", sqlite), retired]).await;
+    assert_eq!(warned.code, Some(0), "accepted, not exit 64: {}", warned.stderr);
+    let warning = warned
+        .stderr
+        .lines()
+        .find(|l| l.contains("deprecated setting"))
+        .unwrap_or_else(|| panic!("a WARN: {}", warned.stderr));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.contains("ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID")
+            && warning.contains("successor=\"ONCEGATE_RELAY_KAFKA_TRANSACTIONAL_ID_PREFIX\""),
+        "names the setting and its successor: {warning}"
+    );
+    assert!(
+        !warning.contains("grants-relay-pod-0"),
+        "its value is not echoed: {warning}"
+    );
+    let plain = run_oncegate(&["reconcile"], &[("ONCEGATE_SQLITE_PATH", sqlite)]).await;
+    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    assert!(!plain.stderr.contains("deprecated"), "{}", plain.stderr);
 }

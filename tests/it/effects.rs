@@ -876,19 +876,6 @@ async fn records_past_retention_are_purged_in_batches(kind: Kind) {
     );
 }
 
-fn oncegate(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(oncegate_bin())
-        .args(args)
-        .env_clear()
-        .output()
-        .expect("run oncegate");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `oncegate effect begin|complete|release|get` against the real server
 /// and store.
 async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
@@ -908,7 +895,7 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
             .expect("a token")
             .to_string()
     };
-    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    let (ok, out, err) = run_oncegate(&begin_args, &[]).await.into_parts();
     assert!(ok && out.starts_with("ACQUIRED attempt=1"), "{out}{err}");
     let first = token_of(&out);
     let release_args = [
@@ -917,9 +904,9 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
         &["--lease-token", &first, "--reason", "no"],
     ]
     .concat();
-    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&release_args));
+    let (ok, out, err) = run_oncegate(&release_args, &[]).await.into_parts();
     assert!(ok && out.starts_with("RELEASED"), "{out}{err}");
-    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    let (ok, out, _) = run_oncegate(&begin_args, &[]).await.into_parts();
     assert!(ok && out.starts_with("ACQUIRED attempt=2"), "{out}");
     let second = token_of(&out);
     let complete_args = [
@@ -928,14 +915,14 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
         &["--lease-token", &second, "--response", "receipt 42"],
     ]
     .concat();
-    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&complete_args));
+    let (ok, out, err) = run_oncegate(&complete_args, &[]).await.into_parts();
     assert!(ok && out.starts_with("COMPLETED completed_at="), "{out}{err}");
-    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&begin_args));
+    let (ok, out, _) = run_oncegate(&begin_args, &[]).await.into_parts();
     assert!(
         ok && out.starts_with("COMPLETED attempt=2") && out.contains("receipt 42"),
         "{out}"
     );
-    let (ok, _, err) = tokio::task::block_in_place(|| oncegate(&complete_args));
+    let (ok, _, err) = run_oncegate(&complete_args, &[]).await.into_parts();
     assert!(ok, "a repeated Complete is answered: {err}");
     let stale = [
         &["effect", "release", "--target", &target][..],
@@ -943,11 +930,11 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
         &["--lease-token", "0000"],
     ]
     .concat();
-    let (ok, _, err) = tokio::task::block_in_place(|| oncegate(&stale));
+    let (ok, _, err) = run_oncegate(&stale, &[]).await.into_parts();
     assert!(!ok && err.contains("FailedPrecondition"), "{err}");
     app.shutdown().await;
     let get_args = [&["effect", "get", "--database-url", &db.url][..], &record].concat();
-    let (ok, out, err) = tokio::task::block_in_place(|| oncegate(&get_args));
+    let (ok, out, err) = run_oncegate(&get_args, &[]).await.into_parts();
     assert!(
         ok && out.starts_with("COMPLETED attempt=2") && out.contains("receipt 42"),
         "{out}{err}"
@@ -957,7 +944,7 @@ async fn the_effect_subcommands_begin_complete_release_and_get(kind: Kind) {
         &["--namespace", "cli", "--key", "nope"],
     ]
     .concat();
-    let (ok, out, _) = tokio::task::block_in_place(|| oncegate(&missing));
+    let (ok, out, _) = run_oncegate(&missing, &[]).await.into_parts();
     assert!(!ok && out.contains("not found"));
 }
 

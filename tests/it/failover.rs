@@ -555,19 +555,15 @@ struct Run {
 
 const CLIENTS: usize = 12;
 
-async fn start_sidecar(pair: &Pair, prefix: &str, i: usize) -> Sidecar {
-    Sidecar::start(&[
-        ("DATABASE_URL", pair.url()),
+/// Sidecar `i` on the pair's primary, with Redis (L2 under `prefix`).
+async fn sidecar_on(pair: &Pair, prefix: &str, i: usize) -> Sidecar {
+    let extra = [
         ("REDIS_URL", redis_url()),
         ("ONCEGATE_REDIS_KEY_PREFIX", prefix.to_string()),
-        ("ONCEGATE_INSTANCE_ID", format!("fo-{i}")),
-        ("ONCEGATE_DB_POOL_SIZE", "4".into()),
         ("ONCEGATE_DB_LOCK_TIMEOUT", "1s".into()),
         ("ONCEGATE_DB_STATEMENT_TIMEOUT", "2s".into()),
-        ("ONCEGATE_STARTUP_TIMEOUT", "30s".into()),
-        ("RUST_LOG", "warn,oncegate::primary=info".into()),
-    ])
-    .await
+    ];
+    start_sidecar(pair.url(), format!("fo-{i}"), &extra).await
 }
 
 /// The whole run: load, the cut (asynchronous only), the kill, the
@@ -575,8 +571,8 @@ async fn start_sidecar(pair: &Pair, prefix: &str, i: usize) -> Sidecar {
 async fn failover_run(synchronous: bool) -> (Run, Effects) {
     let pair = Pair::start(synchronous).await;
     let prefix = unique("fo:");
-    let a = start_sidecar(&pair, &prefix, 0).await;
-    let b = start_sidecar(&pair, &prefix, 1).await;
+    let a = sidecar_on(&pair, &prefix, 0).await;
+    let b = sidecar_on(&pair, &prefix, 1).await;
     let load = Load::new(&[a.addr, b.addr]);
     // A bound for a failure only: the load runs until `stop`.
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -616,7 +612,7 @@ async fn failover_run(synchronous: bool) -> (Run, Effects) {
         c.await.unwrap();
     }
     fx.after(&a, &b).await;
-    let c = start_sidecar(&pair, &prefix, 2).await;
+    let c = sidecar_on(&pair, &prefix, 2).await;
     let sweep = sweep(&load, &[a.addr, b.addr, c.addr]).await;
     let answers = load.answers();
     let before_kill = first_answers(&answers, killed);

@@ -292,8 +292,8 @@ pub fn serve_args_for_url(url: &str) -> ServeArgs {
     // The environment must not leak in (REDIS_URL, DATABASE_URL, …).
     args.store.database_url = Some(url.to_string());
     args.redis_url = None;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::None;
-    args.instance_id = Some(unique("it-"));
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::None;
+    args.instance.instance_id = Some(unique("it-"));
     // Sealing off unless a test turns it on: every seal is also an
     // audit.sealed outbox event, which would change the events tests count.
     args.audit_seal.audit_seal_interval = Duration::ZERO;
@@ -642,12 +642,18 @@ impl Sidecar {
     /// Starts `oncegate serve` with `env` (on top of a clean environment
     /// with test ports) and waits until it answers health checks.
     pub async fn start(env: &[(&str, String)]) -> Self {
+        Self::start_bin(&oncegate_bin(), env).await
+    }
+
+    /// [`Sidecar::start`] of another build of `oncegate` (the previous
+    /// release, in the upgrade test).
+    pub async fn start_bin(bin: &std::path::Path, env: &[(&str, String)]) -> Self {
         let (port, mport) = (free_port(), free_port());
         let log = std::env::temp_dir()
             .join(unique("oncegate-sidecar-"))
             .with_extension("log");
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = tokio::process::Command::new(oncegate_bin());
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -743,4 +749,121 @@ pub async fn redis_client(url: &str) -> fred::clients::Client {
         .unwrap();
     client.init().await.expect("redis reachable");
     client
+}
+
+// ---- helpers several test files share (one definition each) ---------------
+
+/// The statements of the ```sql block in `migrations/GRANTS.md` that grant
+/// (every one but its `CREATE ROLE` lines), for `role` instead of
+/// `oncegate_app`, each on one line.
+pub fn documented_grants(role: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/GRANTS.md")).unwrap();
+    let sql: String = doc
+        .split("```sql")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a ```sql block in GRANTS.md")
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let grants: Vec<String> = sql
+        .split(';')
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty() && !s.starts_with("CREATE ROLE"))
+        .map(|s| s.replace("oncegate_app", role))
+        .collect();
+    assert!(grants.len() >= 6, "{grants:?}");
+    grants
+}
+
+/// `days` (fractions too) before now.
+pub fn days_ago(days: f64) -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc() - Duration::from_secs_f64(days * 86_400.0)
+}
+
+/// Runs `sql` (one or more statements) as whoever `url` connects as; on
+/// failure, the SQLSTATE (empty when there is none) and the message.
+pub async fn run_as(url: &str, sql: &str) -> Result<(), (String, String)> {
+    let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+        .execute(&mut c)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let code = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .map(|c| c.into_owned())
+                .unwrap_or_default();
+            (code, e.to_string())
+        })
+}
+
+/// Creates a Kafka topic of `partitions` on the broker at `bootstrap`
+/// (`host:port`, or a `kafka://` URL), with `config` set.
+pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, config: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap.trim_start_matches("kafka://"))
+        .create()
+        .unwrap();
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        topic = topic.set(k, v);
+    }
+    let created = admin.create_topics(&[topic], &AdminOptions::new()).await.unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// (exited 0, stdout, stderr).
+    pub fn into_parts(self) -> (bool, String, String) {
+        (self.code == Some(0), self.stdout, self.stderr)
+    }
+}
+
+/// Runs the real binary with only `PATH` and `env` in its environment (none
+/// of the test's own: DATABASE_URL, REDIS_URL, … must not leak in), at
+/// most a minute.
+pub async fn run_oncegate(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = tokio::process::Command::new(oncegate_bin());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the command ends by itself")
+        .expect("the binary runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A sidecar process on the store at `url`, named `instance`, with what
+/// every multi-sidecar test gives it (four connections, 30 s to start, the
+/// primary's log at INFO) and `extra` (a later setting wins).
+pub async fn start_sidecar(url: String, instance: String, extra: &[(&str, String)]) -> Sidecar {
+    let mut env = vec![
+        ("DATABASE_URL", url),
+        ("ONCEGATE_INSTANCE_ID", instance),
+        ("ONCEGATE_DB_POOL_SIZE", "4".to_string()),
+        ("ONCEGATE_STARTUP_TIMEOUT", "30s".to_string()),
+        ("RUST_LOG", "warn,oncegate::primary=info".to_string()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
+    Sidecar::start(&env).await
 }

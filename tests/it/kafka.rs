@@ -97,15 +97,7 @@ pub fn kafka_url() -> String {
 }
 
 fn reader(url: &str, stream: &str) -> SinkSettings {
-    SinkSettings {
-        spec: SinkSpec::parse(url).unwrap(),
-        stream: stream.into(),
-        connection_name: "it-reader".into(),
-        subject: String::new(),
-        stream_maxlen: 1_000_000,
-        transactional_id_prefix: String::new(),
-        lease: Duration::from_secs(30),
-    }
+    SinkSettings::new(SinkSpec::parse(url).unwrap(), stream, "it-reader")
 }
 
 /// Everything a read_committed reader finds in `topic` (or stream).

@@ -9,7 +9,7 @@ use crate::kafka::{bootstrap, kafka_url, read_back};
 use crate::relay::{outbox_of, relay_settings};
 use oncegate::broker::kafka::{KafkaSink, marks_topic};
 use oncegate::relay::Relay;
-use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::sync::Arc;
@@ -20,18 +20,6 @@ fn admin() -> AdminClient<DefaultClientContext> {
         .set("bootstrap.servers", bootstrap())
         .create()
         .unwrap()
-}
-
-async fn create_topic(name: &str, partitions: i32, config: &[(&str, &str)]) {
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in config {
-        topic = topic.set(k, v);
-    }
-    let created = admin()
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
 }
 
 /// Kafka's `Utils.murmur2`, as the Java client's default partitioner uses it.
@@ -88,7 +76,7 @@ async fn events_land_in_the_partition_the_java_client_picks_for_their_award() {
     let awards: Vec<&str> = names.iter().map(String::as_str).collect();
     outbox_of(&db, &awards, 2).await;
     let topic = unique("og-it-murmur-");
-    create_topic(&topic, 6, &[]).await;
+    create_topic(&bootstrap(), &topic, 6, &[]).await;
     let sink = KafkaSink::connected(
         &kafka_url(),
         &topic,
@@ -126,7 +114,7 @@ async fn a_marks_topic_that_deletes_is_refused_until_it_is_compacted() {
     let db = TestDb::new(Kind::Postgres).await;
     let topic = unique("og-it-marks-");
     let marks = marks_topic(&topic);
-    create_topic(&marks, 4, &[("cleanup.policy", "delete")]).await;
+    create_topic(&bootstrap(), &marks, 4, &[("cleanup.policy", "delete")]).await;
     let app = Sidecar::start(&[
         ("DATABASE_URL", db.url.clone()),
         ("ONCEGATE_RELAY_SINK", kafka_url()),
@@ -200,7 +188,7 @@ async fn an_unreadable_mark_is_skipped_counted_and_logged() {
     let topic = unique("og-it-garbled-");
     let prefix = unique("og-it-txn-");
     let marks = marks_topic(&topic);
-    create_topic(&marks, 16, &[("cleanup.policy", "compact")]).await;
+    create_topic(&bootstrap(), &marks, 16, &[("cleanup.policy", "compact")]).await;
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .create()

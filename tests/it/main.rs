@@ -47,4 +47,5 @@ mod structure;
 mod sync_guard;
 mod tiers;
 mod traces;
+mod upgrade;
 mod vectors;

@@ -54,15 +54,7 @@ fn settings(broker: Option<SinkSettings>) -> ReconcileSettings {
 }
 
 fn redis_broker(stream: &str) -> SinkSettings {
-    SinkSettings {
-        spec: SinkSpec::parse(&redis_url()).unwrap(),
-        stream: stream.into(),
-        connection_name: "it-reconcile".into(),
-        subject: String::new(),
-        stream_maxlen: 1_000_000,
-        transactional_id_prefix: String::new(),
-        lease: Duration::from_secs(30),
-    }
+    SinkSettings::new(SinkSpec::parse(&redis_url()).unwrap(), stream, "it-reconcile")
 }
 
 async fn reconcile(db: &TestDb, broker: Option<SinkSettings>) -> Report {
@@ -99,22 +91,14 @@ async fn oncegate(db: &TestDb, args: &[&str]) -> (i32, String) {
 
 /// The real binary against the store at `url`.
 async fn oncegate_at(url: &str, args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(oncegate_bin())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", url)
-        .output()
-        .await
-        .expect("run oncegate");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let code = out.status.code().unwrap_or(-1);
+    let run = run_oncegate(args, &[("DATABASE_URL", url)]).await;
+    let code = run.code.unwrap_or(-1);
     assert!(
         code != 64,
         "oncegate {args:?} refused its settings: {}",
-        String::from_utf8_lossy(&out.stderr)
+        run.stderr
     );
-    (code, stdout)
+    (code, run.stdout)
 }
 
 /// Claims `per_award` submissions for each award, straight through the
@@ -203,8 +187,8 @@ async fn reconcile_is_clean_after_a_normal_run(kind: Kind) {
     let db = TestDb::new(kind).await;
     let stream = unique("og-it-recon-");
     let mut args = serve_args(&db);
-    args.relay.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
-    args.relay.relay_stream = stream.clone();
+    args.relay.broker.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
+    args.relay.broker.stream.relay_stream = stream.clone();
     args.relay.relay_poll = Duration::from_millis(100);
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
@@ -316,8 +300,8 @@ async fn reconcile_is_clean_after_concurrent_submitters_and_redeliveries(kind: K
     let mut apps = Vec::new();
     for _ in 0..2 {
         let mut args = with_redis(serve_args(&db), &redis_url(), &prefix);
-        args.relay.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
-        args.relay.relay_stream = stream.clone();
+        args.relay.broker.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
+        args.relay.broker.stream.relay_stream = stream.clone();
         args.relay.relay_poll = Duration::from_millis(100);
         apps.push(TestApp::spawn(args).await);
     }
@@ -563,15 +547,10 @@ async fn the_jetstream_stream_must_hold_every_published_event_and_nothing_else(k
         relay_settings("it", 10, Duration::from_secs(30), 3),
     );
     assert_eq!(drain(&relay).await, 6);
-    let broker = SinkSettings {
-        spec: SinkSpec::parse(&nats_url()).unwrap(),
-        stream: js.name.clone(),
-        connection_name: "it-reconcile".into(),
-        subject: js.subject.clone(),
-        stream_maxlen: 0,
-        transactional_id_prefix: String::new(),
-        lease: Duration::from_secs(30),
-    };
+    let mut broker = SinkSettings::new(SinkSpec::parse(&nats_url()).unwrap(), &js.name, "it-reconcile");
+    broker
+        .options
+        .set(&oncegate::broker::nats::SUBJECT, js.subject.clone());
     let report = reconcile(&db, Some(broker.clone())).await;
     assert!(report.clean, "{report}");
     assert_eq!(report.check(Check::Broker).checked, 6);
@@ -726,8 +705,8 @@ async fn quarantined_events_are_redriven_in_award_order_and_audited(kind: Kind) 
     let r = redis_client(&redis_url()).await;
     let _: () = r.set(&stream, "not a stream", None, None, false).await.unwrap();
     let mut args = serve_args(&db);
-    args.relay.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
-    args.relay.relay_stream = stream.clone();
+    args.relay.broker.relay_sink = SinkSpec::parse(&redis_url()).unwrap();
+    args.relay.broker.stream.relay_stream = stream.clone();
     args.relay.relay_poll = Duration::from_millis(100);
     args.relay.relay_batch = 2;
     args.relay.relay_max_attempts = 2;

@@ -38,7 +38,7 @@ pub enum Sink {
 }
 
 impl Sink {
-    fn kafka(url: String) -> Self {
+    pub fn kafka(url: String) -> Self {
         Self::Kafka {
             url,
             topic: unique("og-it-pods-"),
@@ -76,15 +76,21 @@ pub struct Pods {
     pub sink: Sink,
     pub pods: Vec<Sidecar>,
     /// Where the stream sends claims (the live pods).
-    targets: Arc<Mutex<Vec<SocketAddr>>>,
+    pub targets: Arc<Mutex<Vec<SocketAddr>>>,
     logs: Vec<std::path::PathBuf>,
     extra: Vec<(&'static str, String)>,
 }
 
 impl Pods {
     async fn new(sink: Sink) -> Self {
+        Self::on(TestDb::new(Kind::Postgres).await, sink)
+    }
+
+    /// A Deployment on a database the test prepared itself (migrated by
+    /// another release, say).
+    pub fn on(db: TestDb, sink: Sink) -> Self {
         Self {
-            db: TestDb::new(Kind::Postgres).await,
+            db,
             sink,
             pods: Vec::new(),
             targets: Arc::default(),
@@ -116,9 +122,19 @@ impl Pods {
     }
 
     async fn start_with(&mut self, database_url: &str, more: Vec<(&'static str, String)>) -> usize {
+        self.start_release(&oncegate_bin(), database_url, more).await
+    }
+
+    /// A new pod running `bin` (another release of `oncegate`).
+    pub async fn start_release(
+        &mut self,
+        bin: &std::path::Path,
+        database_url: &str,
+        more: Vec<(&'static str, String)>,
+    ) -> usize {
         let mut env = self.env(database_url);
         env.extend(more);
-        let pod = Sidecar::start(&env).await;
+        let pod = Sidecar::start_bin(bin, &env).await;
         self.targets.lock().unwrap().push(pod.addr);
         self.logs.push(pod.log.clone());
         self.pods.push(pod);
@@ -137,7 +153,7 @@ impl Pods {
     }
 
     /// SIGTERM, as a scale-down: the pod gives its slots back.
-    async fn terminate(&mut self, i: usize) {
+    pub async fn terminate(&mut self, i: usize) {
         let pod = self.pods.remove(i);
         self.untarget(pod.addr);
         let status = pod.terminate().await;
@@ -149,7 +165,7 @@ impl Pods {
         metric(&self.pods[i].metrics().await, "oncegate_relay_slots_held").unwrap_or(0.0) as usize
     }
 
-    async fn published(&self, i: usize) -> f64 {
+    pub async fn published(&self, i: usize) -> f64 {
         let m = self.pods[i].metrics().await;
         m.lines()
             .filter(|l| l.starts_with("oncegate_outbox_published_total{"))
@@ -159,7 +175,7 @@ impl Pods {
 
     /// Waits until pod `i` holds slots and has published since `since`
     /// (its events flow: a batch is in hand more often than not).
-    async fn publishing(&self, i: usize, since: f64) {
+    pub async fn publishing(&self, i: usize, since: f64) {
         let ok = eventually(Duration::from_secs(40), || async {
             self.held(i).await > 0 && self.published(i).await > since
         })
@@ -168,7 +184,7 @@ impl Pods {
     }
 
     /// Waits until the live pods hold every slot, in fair shares.
-    async fn balanced(&self) {
+    pub async fn balanced(&self) {
         let n = self.pods.len();
         let ok = eventually(Duration::from_secs(40), || async {
             let mut shares = Vec::new();
@@ -183,7 +199,7 @@ impl Pods {
     }
 
     /// Waits until nothing is left to publish.
-    async fn drained(&self) {
+    pub async fn drained(&self) {
         let ok = eventually(Duration::from_secs(90), || async {
             self.db
                 .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
@@ -199,13 +215,15 @@ impl Pods {
         );
     }
 
-    /// Every event in the sink as its delivery promises, in award order.
-    async fn verify(&self) {
+    /// Every event in the sink as its delivery promises, in award order;
+    /// the entries read.
+    pub async fn verify(&self) -> usize {
         let expected = expected_sequences(&self.db).await;
         match &self.sink {
             Sink::Kafka { url, topic } => {
                 let entries = read_back(url, topic).await;
                 assert_exactly_once_in_order(&entries, &expected);
+                entries.len()
             }
             Sink::Redis { url, stream } => {
                 let entries: Vec<BrokerEntry> = xrange_at(url, stream)
@@ -221,12 +239,13 @@ impl Pods {
                     })
                     .collect();
                 assert_at_least_once_in_order(&entries, &expected);
+                entries.len()
             }
         }
     }
 
     /// How many pods settled a committed batch of an earlier holder.
-    fn settled_in_logs(&self) -> usize {
+    pub fn settled_in_logs(&self) -> usize {
         self.logs
             .iter()
             .map(|l| {
@@ -238,7 +257,7 @@ impl Pods {
             .sum()
     }
 
-    async fn shutdown(mut self) {
+    pub async fn shutdown(mut self) {
         while !self.pods.is_empty() {
             self.terminate(0).await;
         }
@@ -667,7 +686,7 @@ async fn kafka_a_missing_topic_is_named_and_a_pod_cut_off_from_kafka_publishes_n
     let stream = ClaimStream::start(pods.targets.clone(), 24, 2);
     stream.more(20).await;
     topic_missing_is_named(&pods, a, &topic).await;
-    create_topic(&broker.url(), &topic).await;
+    create_topic(&broker.url(), &topic, 3, &[]).await;
     pods.balanced().await;
     let since = pods.published(a).await;
     pods.publishing(a, since).await;
@@ -722,23 +741,6 @@ async fn topic_missing_is_named(pods: &Pods, a: usize, topic: &str) {
             .await,
         0
     );
-}
-
-async fn create_topic(url: &str, topic: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let bootstrap = url.trim_start_matches("kafka://");
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let created = admin
-        .create_topics(
-            &[NewTopic::new(topic, 3, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
 }
 
 /// A proxy in front of one of the broker's listeners: the listener tells

@@ -80,22 +80,19 @@ impl Drop for Bouncer {
     }
 }
 
-async fn start_sidecar(bouncer: &Bouncer, prefix: &str, i: usize) -> Sidecar {
-    Sidecar::start(&[
-        ("DATABASE_URL", bouncer.url()),
-        ("ONCEGATE_DB_POOLER", "transaction".into()),
+/// Sidecar `i` behind the bouncer in transaction mode, with Redis (L2
+/// under `prefix`).
+async fn sidecar_behind(bouncer: &Bouncer, prefix: &str, i: usize) -> Sidecar {
+    let extra = [
+        ("ONCEGATE_DB_POOLER", "transaction".to_string()),
         // What a transaction pooler cannot carry runs elsewhere.
         ("ONCEGATE_MIGRATE_ON_START", "false".into()),
         ("ONCEGATE_RECONCILE_INTERVAL", "0s".into()),
         ("ONCEGATE_AUDIT_VERIFY_INTERVAL", "0s".into()),
         ("REDIS_URL", redis_url()),
         ("ONCEGATE_REDIS_KEY_PREFIX", prefix.to_string()),
-        ("ONCEGATE_INSTANCE_ID", format!("pb-{i}")),
-        ("ONCEGATE_DB_POOL_SIZE", "4".into()),
-        ("ONCEGATE_STARTUP_TIMEOUT", "30s".into()),
-        ("RUST_LOG", "warn,oncegate::primary=info".into()),
-    ])
-    .await
+    ];
+    start_sidecar(bouncer.url(), format!("pb-{i}"), &extra).await
 }
 
 async fn identity_confirmed(s: &Sidecar) -> Option<f64> {
@@ -130,8 +127,8 @@ async fn a_failover_behind_a_transaction_pooler_is_seen_and_no_cache_answers_for
     assert_eq!(code, 0, "migrated: {err}");
     let bouncer = Bouncer::start(pair.service.addr).await;
     let prefix = unique("pb:");
-    let a = start_sidecar(&bouncer, &prefix, 0).await;
-    let b = start_sidecar(&bouncer, &prefix, 1).await;
+    let a = sidecar_behind(&bouncer, &prefix, 0).await;
+    let b = sidecar_behind(&bouncer, &prefix, 1).await;
     let (load, handles) = Consumers::start(&[a.addr, b.addr], 8);
     load.until("claims acknowledged", Duration::from_secs(30), |c| {
         acked_after(c, 40)
@@ -177,7 +174,7 @@ async fn a_failover_behind_a_transaction_pooler_is_seen_and_no_cache_answers_for
     })
     .await;
     let calls = load.stop(handles).await;
-    let c = start_sidecar(&bouncer, &prefix, 2).await;
+    let c = sidecar_behind(&bouncer, &prefix, 2).await;
     let swept = sweep(&load, &[&a, &b, &c]).await;
     let failovers: Vec<f64> = futures::future::join_all([&a, &b, &c].map(|s| s.metrics()))
         .await

@@ -22,24 +22,6 @@ fn url_for(role: &str, database: &str) -> String {
     format!("postgres://{role}@{}/{database}", pg_addr())
 }
 
-/// Runs `sql` (one or more statements) as whoever `url` connects as; on
-/// failure, the SQLSTATE and the message.
-async fn run_as(url: &str, sql: &str) -> Result<(), (String, String)> {
-    let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut c)
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            let code = e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned())
-                .unwrap_or_default();
-            (code, e.to_string())
-        })
-}
-
 async fn scalar_as(url: &str, sql: &str) -> i64 {
     let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
     sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_string()))
@@ -169,10 +151,6 @@ fn audit_row(award: &str, at: OffsetDateTime) -> AuditEntry {
     }
 }
 
-fn days_ago(days: u64) -> OffsetDateTime {
-    OffsetDateTime::now_utc() - Duration::from_secs(days * DAY)
-}
-
 fn policy(retention_days: u64) -> RetentionPolicy {
     RetentionPolicy {
         retention: Duration::from_secs(retention_days * DAY),
@@ -236,19 +214,6 @@ async fn effective_privileges(url: &str, role: &str) -> Vec<String> {
     .unwrap()
 }
 
-/// The grant statements of the ```sql block in migrations/GRANTS.md, for `role`.
-fn documented_grants(role: &str) -> Vec<String> {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/GRANTS.md")).unwrap();
-    let block = doc.split("```sql").nth(1).unwrap().split("```").next().unwrap();
-    let sql: Vec<&str> = block.lines().map(|l| l.split("--").next().unwrap()).collect();
-    sql.join("\n")
-        .split(';')
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|s| s.starts_with("GRANT"))
-        .map(|s| s.replace("oncegate_app", role))
-        .collect()
-}
-
 /// The real server as the app role: claims, a duplicate, a key-reuse
 /// rejection (audit rows), the relay (outbox UPDATE, LISTEN) and the purge
 /// (advisory lock, claim DELETE, the SECURITY DEFINER functions) all work;
@@ -264,7 +229,7 @@ async fn the_granted_app_role_runs_the_claim_path_but_cannot_change_the_trail() 
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     for i in 0..2 {
@@ -369,7 +334,7 @@ async fn direct_grants_and_the_purge_flag_do_not_open_the_trail() {
     store
         .append_audit(&[
             audit_row("RECENT", OffsetDateTime::now_utc()),
-            audit_row("OLD", days_ago(4 * 365)),
+            audit_row("OLD", days_ago(4.0 * 365.0)),
         ])
         .await
         .expect("the role appends audit rows");
@@ -484,9 +449,9 @@ async fn the_purge_removes_only_rows_older_than_the_floor_as_the_app_role() {
     let store = open_store(&role_url, 2).await.unwrap();
     store
         .append_audit(&[
-            audit_row("Y4", days_ago(4 * 365)),
-            audit_row("D400", days_ago(400)),
-            audit_row("D10", days_ago(10)),
+            audit_row("Y4", days_ago(4.0 * 365.0)),
+            audit_row("D400", days_ago(400.0)),
+            audit_row("D10", days_ago(10.0)),
             audit_row("NOW", OffsetDateTime::now_utc()),
         ])
         .await

@@ -153,8 +153,8 @@ async fn every_processed_event_reaches_the_redis_stream_once_in_award_order(kind
     let db = TestDb::new(kind).await;
     let stream = unique("og-it-events-");
     let mut args = serve_args(&db);
-    args.relay.relay_sink = oncegate::broker::SinkSpec::parse(&redis_url()).unwrap();
-    args.relay.relay_stream = stream.clone();
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::parse(&redis_url()).unwrap();
+    args.relay.broker.stream.relay_stream = stream.clone();
     args.relay.relay_batch = 5;
     // Far longer than the test: only the outbox notification (LISTEN/NOTIFY,
     // or the in-process wake on SQLite) can make the relay publish in time.

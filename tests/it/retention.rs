@@ -68,10 +68,6 @@ fn audit_row(award: &str, at: OffsetDateTime) -> AuditEntry {
     }
 }
 
-fn days_ago(days: f64) -> OffsetDateTime {
-    OffsetDateTime::now_utc() - Duration::from_secs_f64(days * DAY as f64)
-}
-
 async fn count_where(db: &TestDb, table: &str, cond: &str) -> i64 {
     db.scalar(&format!("SELECT count(*) FROM {table} WHERE {cond}"))
         .await
@@ -479,21 +475,6 @@ async fn full_audit_queue_counts_what_it_drops() {
         1,
         "drained"
     );
-}
-
-/// The statements of the `sql` block in `migrations/GRANTS.md`, for `role`
-/// instead of `oncegate_app`, without the `CREATE ROLE` lines.
-fn documented_grants(role: &str) -> Vec<String> {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/GRANTS.md")).unwrap();
-    let block = doc.split("```sql").nth(1).unwrap().split("```").next().unwrap();
-    let without_comments: Vec<&str> = block.lines().map(|l| l.split("--").next().unwrap()).collect();
-    without_comments
-        .join("\n")
-        .split(';')
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && !s.starts_with("CREATE ROLE"))
-        .map(|s| s.replace("oncegate_app", role))
-        .collect()
 }
 
 fn url_as(url: &str, role: &str) -> String {

@@ -86,10 +86,6 @@ async fn append(store: &dyn Store, prefix: &str, n: usize, at: OffsetDateTime) {
     store.append_audit(&rows).await.expect("append");
 }
 
-fn days_ago(days: u64) -> OffsetDateTime {
-    OffsetDateTime::now_utc() - Duration::from_secs(days * DAY)
-}
-
 /// Runs `sql` as the owner with the append-only guards out of the way: on
 /// Postgres as a superuser with `session_replication_role = replica`
 /// (ordinary triggers off for the session), on SQLite by dropping the
@@ -806,15 +802,15 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
     }
     let store = db.open().await;
     let s = sealer(store.clone(), 1_000);
-    append(&*store, "OLD-150", 3, days_ago(150)).await;
-    append(&*store, "OLD-100", 2, days_ago(100)).await;
+    append(&*store, "OLD-150", 3, days_ago(150.0)).await;
+    append(&*store, "OLD-100", 2, days_ago(100.0)).await;
     seal_all(&s).await;
-    append(&*store, "STRADDLE-75", 1, days_ago(75)).await;
+    append(&*store, "STRADDLE-75", 1, days_ago(75.0)).await;
     append(&*store, "STRADDLE-NOW", 1, OffsetDateTime::now_utc()).await;
     seal_all(&s).await;
     append(&*store, "NEW", 3, OffsetDateTime::now_utc()).await;
     seal_all(&s).await;
-    append(&*store, "UNSEALED-200", 1, days_ago(200)).await;
+    append(&*store, "UNSEALED-200", 1, days_ago(200.0)).await;
     assert_eq!(db.scalar("SELECT count(*) FROM audit_seals").await, 3);
 
     let policy = RetentionPolicy {
@@ -845,11 +841,11 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
         1
     );
     if kind == Kind::Postgres {
-        let old = days_ago(150);
+        let old = days_ago(150.0);
         let partition = format!("audit_log_{:04}_{:02}", old.year(), old.month() as u8);
         let exists = format!("SELECT count(*) FROM pg_class WHERE relname = '{partition}'");
         assert_eq!(db.scalar(&exists).await, 0, "{partition} dropped whole");
-        let straddle = days_ago(75);
+        let straddle = days_ago(75.0);
         let kept = format!("audit_log_{:04}_{:02}", straddle.year(), straddle.month() as u8);
         let exists = format!("SELECT count(*) FROM pg_class WHERE relname = '{kept}'");
         assert_eq!(
@@ -889,7 +885,7 @@ async fn a_purge_of_old_months_verifies_clean_and_is_lawful_while_a_removed_row_
     assert_eq!(code, 0, "{out}");
     // The last ten days: seals 2 and 3, continuing from seal 1's digest.
     let recent = TimeRange {
-        from: Some(days_ago(10)),
+        from: Some(days_ago(10.0)),
         to: None,
     };
     let ranged = verify_store(&*store, &recent, Default::default(), &mut |_, _| {})

@@ -12,7 +12,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use sqlx::Connection;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
@@ -28,7 +27,7 @@ fn default_listeners_are_loopback_and_plaintext_is_opt_in_to_tls() {
         unreachable!()
     };
     assert_eq!(args.listen, "127.0.0.1:50051".parse::<SocketAddr>().unwrap());
-    assert!(args.metrics_listen.ip().is_loopback());
+    assert!(args.metrics.metrics_listen.ip().is_loopback());
     assert!(args.health_listen.is_none());
     assert!(args.tls.tls_cert.is_none() && args.tls.tls_client_ca.is_none());
 }
@@ -350,43 +349,6 @@ async fn payload_bytes_never_appear_in_logs_even_at_trace_level() {
 
 // ---- the database role -------------------------------------------------------------
 
-/// The grant statements of `migrations/GRANTS.md`, for `role`.
-fn documented_grants(role: &str) -> Vec<String> {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/GRANTS.md")).unwrap();
-    let sql: String = doc
-        .split("```sql")
-        .nth(1)
-        .and_then(|s| s.split("```").next())
-        .expect("a ```sql block in GRANTS.md")
-        .lines()
-        .map(|l| l.split("--").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let grants: Vec<String> = sql
-        .split(';')
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|s| s.starts_with("GRANT"))
-        .map(|s| s.replace("oncegate_app", role))
-        .collect();
-    assert!(grants.len() >= 6, "{grants:?}");
-    grants
-}
-
-/// `Err(SQLSTATE)` when `sql` fails for the connection at `url`.
-async fn run_as(url: &str, sql: &str) -> Result<(), String> {
-    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut c)
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            e.as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned())
-                .unwrap_or_else(|| e.to_string())
-        })
-}
-
 /// With exactly the documented grants, the service works (claims,
 /// duplicates, key-reuse rejections, audit, relay, purge) and cannot
 /// UPDATE, DELETE or TRUNCATE the ledger or the audit trail, nor drop or
@@ -406,7 +368,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
     let mut args = serve_args(&db);
     args.store.database_url = Some(role_url.clone());
     args.migrate_on_start = false;
-    args.relay.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
+    args.relay.broker.relay_sink = oncegate::broker::SinkSpec::parse("log").unwrap();
     let app = TestApp::spawn(args).await;
     let mut c = app.client().await;
     let first = submission("AWD-ROLE", TS, b"one", 500);
@@ -476,7 +438,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
     ];
     for sql in forbidden {
         assert_eq!(
-            run_as(&role_url, sql).await,
+            run_as(&role_url, sql).await.map_err(|(code, _)| code),
             Err("42501".into()),
             "{sql} as the service role"
         );
@@ -497,7 +459,7 @@ async fn service_role_cannot_change_or_remove_the_ledger_or_audit_trail() {
         "UPDATE audit_log SET detail = 'edited'",
     ] {
         assert_eq!(
-            run_as(&db.url, sql).await,
+            run_as(&db.url, sql).await.map_err(|(code, _)| code),
             Err("42501".into()),
             "{sql} as the owner"
         );

@@ -20,10 +20,13 @@
 //! [`design_refs`]: every `DESIGN §N` in the repository names a section of
 //! `docs/DESIGN.md`. [`docs`]: every relative link in the README and `docs/`
 //! resolves, every shipped alert has its runbook, every test the guarantees
-//! name exists, and the README's map names every module.
+//! name exists, and the README's map names every module. [`version`]: the
+//! version in every place that follows Cargo.toml's (`scripts/set-version`),
+//! and `oncegate --version`.
 
 mod design_refs;
 mod docs;
+mod version;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -257,20 +257,15 @@ impl Figures {
     }
 }
 
-async fn start_sidecar(pair: &Pair, url: String, i: usize, extra: &[(&str, String)]) -> Sidecar {
+/// Sidecar `i` on `url`, requiring a synchronous standby, with `extra`.
+async fn guarded_sidecar(url: String, i: usize, extra: &[(&str, String)]) -> Sidecar {
     let mut env = vec![
-        ("DATABASE_URL", url),
         ("ONCEGATE_REQUIRE_SYNC_REPLICA", "true".to_string()),
-        ("ONCEGATE_INSTANCE_ID", format!("sg-{i}")),
-        ("ONCEGATE_DB_POOL_SIZE", "4".into()),
         ("ONCEGATE_DB_LOCK_TIMEOUT", "1s".into()),
         ("ONCEGATE_DB_STATEMENT_TIMEOUT", "2s".into()),
-        ("ONCEGATE_STARTUP_TIMEOUT", "30s".into()),
-        ("RUST_LOG", "warn,oncegate::primary=info".into()),
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
-    let _ = pair;
-    Sidecar::start(&env).await
+    start_sidecar(url, format!("sg-{i}"), &env).await
 }
 
 /// Kills the primary, promotes the standby, and reads its ledger.
@@ -331,8 +326,8 @@ async fn shortfall_reason(s: &Sidecar, reason: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synchronous_replication_turned_off_while_serving_loses_nothing_in_the_failover() {
     let pair = Pair::start(true).await;
-    let a = start_sidecar(&pair, pair.url(), 0, &[]).await;
-    let b = start_sidecar(&pair, pair.url(), 1, &[]).await;
+    let a = guarded_sidecar(pair.url(), 0, &[]).await;
+    let b = guarded_sidecar(pair.url(), 1, &[]).await;
     let (load, handles) = Consumers::start(&[a.addr, b.addr], 8);
     load.until("claims acknowledged", Duration::from_secs(30), |c| {
         acked_after(c, 30)
@@ -389,7 +384,7 @@ async fn synchronous_replication_turned_off_while_serving_loses_nothing_in_the_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_gone_while_serving_refuses_claims_and_they_resume_when_it_is_back() {
     let pair = Pair::start(true).await;
-    let a = start_sidecar(&pair, pair.url(), 0, &[]).await;
+    let a = guarded_sidecar(pair.url(), 0, &[]).await;
     let (load, handles) = Consumers::start(&[a.addr], 6);
     load.until("claims acknowledged", Duration::from_secs(30), |c| {
         acked_after(c, 20)
@@ -457,13 +452,7 @@ async fn any_1_naming_a_standby_not_connected_at_start_refuses_until_it_connects
     .await;
     assert!(gone, "the standby is not connected");
     let changed = Instant::now();
-    let a = start_sidecar(
-        &pair,
-        pair.url(),
-        0,
-        &[("ONCEGATE_MIGRATE_ON_START", "false".into())],
-    )
-    .await;
+    let a = guarded_sidecar(pair.url(), 0, &[("ONCEGATE_MIGRATE_ON_START", "false".into())]).await;
     assert_eq!(
         health(a.addr, "").await,
         "Serving",
@@ -530,7 +519,7 @@ async fn synchronous_commit_local_for_the_app_role_while_serving_refuses_claims(
         ("ONCEGATE_MIGRATE_ON_START", "false".to_string()),
         ("ONCEGATE_REQUIRE_LEAST_PRIVILEGE", "true".to_string()),
     ];
-    let a = start_sidecar(&pair, app_url, 0, &least).await;
+    let a = guarded_sidecar(app_url, 0, &least).await;
     let (load, handles) = Consumers::start(&[a.addr], 6);
     load.until("claims acknowledged", Duration::from_secs(30), |c| {
         acked_after(c, 20)

@@ -228,6 +228,7 @@ Checks that fail the render with a message naming the value. Renders nothing
 on success; the sidecar template calls it, so a parent chart gets it too.
 */}}
 {{- define "oncegate.validate" -}}
+{{- include "oncegate.honourRenamedValues" . -}}
 {{- $v := .Values -}}
 {{- if and $v.database.existingSecret $v.database.insecureDemoUrl -}}
 {{- fail "oncegate: set either database.existingSecret or database.insecureDemoUrl, not both" -}}
