@@ -709,23 +709,26 @@ impl Health {
 }
 
 /// The Gate's (and Effects') health follows the synchronous-standby guard
-/// until the drain.
+/// and the store's refusals (a grant missing, read-only) until the drain.
 fn spawn_gate_health(tasks: &mut Tasks, shutdown: &Shutdown, health: Arc<Health>, store: &dyn Store) {
     // The watch is held here: an embedded store hands out a new one per call.
     let primary = store.primary();
-    let mut serving = primary.guard().serving();
+    let mut guarded = primary.guard().serving();
+    let mut taking = primary.taking_claims();
     let mut stop = shutdown.stop_at(Phase::StopAccepting);
     tasks.spawn("gate health", async move {
         let _primary = primary;
         loop {
-            let now = *serving.borrow_and_update();
+            let now = *guarded.borrow_and_update() && *taking.borrow_and_update();
             health.set("gate", now).await;
-            tokio::select! {
+            let closed = tokio::select! {
                 _ = stop.requested() => return Ok(()),
-                changed = serving.changed() => if changed.is_err() {
-                    stop.requested().await;
-                    return Ok(());
-                },
+                changed = guarded.changed() => changed.is_err(),
+                changed = taking.changed() => changed.is_err(),
+            };
+            if closed {
+                stop.requested().await;
+                return Ok(());
             }
         }
     });
@@ -773,8 +776,15 @@ async fn report_gauges(store: &dyn Store, mut stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
-            _ = stop.requested() => return,
+            _ = stop.requested() => {
+                crate::log_fold::flush_now();
+                return;
+            }
             _ = tick.tick() => {
+                crate::log_fold::flush();
+                if let Some(held) = store.connections_held() {
+                    metrics::gauge!("oncegate_db_connections_held").set(f64::from(held));
+                }
                 if let Some((size, idle)) = store.pool_usage() {
                     metrics::gauge!("oncegate_db_pool_connections", "state" => "idle").set(idle as f64);
                     metrics::gauge!("oncegate_db_pool_connections", "state" => "used").set((size as usize).saturating_sub(idle) as f64);

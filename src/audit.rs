@@ -11,6 +11,7 @@
 
 pub mod spool;
 
+use crate::error::StoreError;
 use crate::shutdown::Stop;
 use crate::store::{AuditEntry, ClaimStore};
 use spool::{Replayed, Spool};
@@ -31,11 +32,14 @@ pub struct AuditSettings {
     pub spool_dir: Option<std::path::PathBuf>,
 }
 
-/// The request side: never blocks.
+/// The request side: never blocks ([`record`](AuditQueue::record)), or
+/// waits for the store only when the spool cannot keep a row
+/// ([`keep`](AuditQueue::keep)).
 #[derive(Clone)]
 pub struct AuditQueue {
     tx: mpsc::Sender<Numbered>,
     spool: Option<Arc<Spool>>,
+    store: Arc<dyn ClaimStore>,
 }
 
 /// A row and its spool number (0 without a spool).
@@ -62,6 +66,9 @@ impl AuditQueue {
         spool: Option<(Arc<Spool>, Replayed)>,
     ) -> (Self, AuditFlusher) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
+        // Exported from the start (the spool alert and dashboard read them).
+        metrics::counter!("oncegate_audit_spool_errors_total").increment(0);
+        metrics::counter!("oncegate_audit_spool_write_through_total").increment(0);
         let (spool, pending) = match spool {
             Some((spool, replayed)) => (Some(spool), replayed),
             None => (None, Vec::new()),
@@ -75,26 +82,79 @@ impl AuditQueue {
         }
         let flusher = AuditFlusher {
             rx,
-            store,
+            store: store.clone(),
             batch: batch.max(1),
             interval,
             pending,
             spool: spool.clone(),
         };
-        (Self { tx, spool }, flusher)
+        (Self { tx, spool, store }, flusher)
     }
 
     /// Queues a row (spooling it first, when a spool is set); counts it as
-    /// dropped when the queue is full or closed.
+    /// dropped when the queue is full or closed. A row the spool cannot
+    /// take (a full disk) is queued in memory only: a kill before the next
+    /// flush loses it. Where an answer waits on its row, use
+    /// [`keep`](Self::keep).
     pub fn record(&self, entry: AuditEntry) {
         let Ok(permit) = self.tx.try_reserve() else {
             metrics::counter!("oncegate_audit_dropped_total").increment(1);
             return;
         };
         match &self.spool {
-            Some(spool) => spool.append(entry, |n, entry| permit.send((n, entry))),
+            Some(spool) => spool.append(entry, |n, entry, failed| {
+                if let Some(e) = failed {
+                    spool_failed(
+                        e,
+                        "appending an audit row to the spool failed; it is kept in memory only",
+                    );
+                }
+                permit.send((n, entry));
+            }),
             None => permit.send((0, entry)),
         }
+    }
+
+    /// Keeps a row through a process kill before its decision is
+    /// answered: spooled and queued as [`record`](Self::record) does; when
+    /// the spool cannot take it (a full disk), written through to the
+    /// store now instead (counted in `oncegate_audit_spool_write_through_total`),
+    /// and when the store cannot either, an error: the caller answers
+    /// UNAVAILABLE rather than a decision whose row a kill would lose.
+    /// Without a spool, rows are in memory only whatever happens
+    /// (`ONCEGATE_AUDIT_SPOOL_DIR` unset), as [`record`](Self::record).
+    pub async fn keep(&self, entry: AuditEntry) -> Result<(), StoreError> {
+        let Some(spool) = &self.spool else {
+            self.record(entry);
+            return Ok(());
+        };
+        let Ok(permit) = self.tx.try_reserve() else {
+            metrics::counter!("oncegate_audit_dropped_total").increment(1);
+            return Ok(());
+        };
+        let unspooled = spool.append(entry, |n, entry, failed| match failed {
+            None => {
+                permit.send((n, entry));
+                None
+            }
+            Some(e) => {
+                spool_failed(e, "appending an audit row to the spool failed; it is written to the database before the answer");
+                Some(entry)
+            }
+        });
+        let Some(entry) = unspooled else { return Ok(()) };
+        metrics::counter!("oncegate_audit_spool_write_through_total").increment(1);
+        self.store.append_audit(std::slice::from_ref(&entry)).await?;
+        metrics::counter!("oncegate_audit_written_total").increment(1);
+        Ok(())
+    }
+}
+
+/// A spool write that failed: counted by the spool, logged once per cause
+/// and interval.
+fn spool_failed(e: &std::io::Error, what: &str) {
+    if crate::log_fold::AUDIT_SPOOL.first(&e.to_string()) {
+        tracing::warn!(error = %e, "{what}");
     }
 }
 
@@ -140,7 +200,9 @@ impl AuditFlusher {
                 n
             }
             Err(e) => {
-                tracing::warn!(error = %e, rows = self.pending.len(), "audit write failed; will retry");
+                if crate::log_fold::AUDIT_FLUSHER.first(&e.to_string()) {
+                    tracing::warn!(error = %e, rows = self.pending.len(), "audit write failed; will retry");
+                }
                 if self.pending.len() > MAX_PENDING {
                     let excess = self.pending.len() - MAX_PENDING;
                     self.pending.drain(..excess);
@@ -157,7 +219,7 @@ impl AuditFlusher {
         let done = tokio::task::spawn_blocking(move || spool.flushed(through)).await;
         if let Err(e) = done.map_err(std::io::Error::other).and_then(|r| r) {
             metrics::counter!("oncegate_audit_spool_errors_total").increment(1);
-            tracing::warn!(error = %e, "recording written rows in the audit spool failed");
+            spool_failed(&e, "recording written rows in the audit spool failed");
         }
     }
 
@@ -171,7 +233,7 @@ impl AuditFlusher {
             Ok(Ok(rows)) => metrics::gauge!("oncegate_audit_spool_unsynced_rows").set(rows as f64),
             Ok(Err(e)) | Err(e) => {
                 metrics::counter!("oncegate_audit_spool_errors_total").increment(1);
-                tracing::warn!(error = %e, "syncing the audit spool failed");
+                spool_failed(&e, "syncing the audit spool failed");
             }
         }
     }

@@ -40,8 +40,9 @@ pub struct StoreArgs {
     /// The embedded SQLite file, used when DATABASE_URL is unset.
     #[arg(long, env = "ONCEGATE_SQLITE_PATH", default_value = "oncegate.db")]
     pub sqlite_path: PathBuf,
-    /// Database connections per instance.
-    #[arg(long, env = "ONCEGATE_DB_POOL_SIZE", default_value_t = 16)]
+    /// Database connections per instance, besides the identity probe's
+    /// own (docs/DEPLOYMENT.md, "The connection budget").
+    #[arg(long, env = "ONCEGATE_DB_POOL_SIZE", default_value_t = 6)]
     pub db_pool_size: u32,
     /// Postgres: longest wait for a row lock; past it the delivery gets
     /// UNAVAILABLE (retry) and only its award waits.

@@ -135,6 +135,12 @@ pub enum StoreError {
     /// acknowledged (a redelivery resolves it). Never retried at once.
     #[error("no synchronous standby: {0}")]
     NoSyncStandby(crate::primary::guard::Shortfall),
+    /// The server answered and refused the statement: an outage of the
+    /// store that a lost connection is not (no failover suspected, cached
+    /// confirmed results still answer). Certainly rolled back; it lasts
+    /// until someone changes the server (a grant, the read-only setting).
+    #[error("store refused: {0}")]
+    Refused(crate::primary::Refusal),
     /// Anything else.
     #[error("store error: {0}")]
     Other(String),
@@ -161,11 +167,13 @@ impl StoreError {
                     "55P03" | "57014" | "25P03" => Self::Timeout(err.to_string()),
                     // SQLite: database is locked / busy
                     "5" | "6" | "517" | "261" => Self::Retryable(err.to_string()),
+                    "42501" => Self::Refused(crate::primary::Refusal::InsufficientPrivilege {
+                        detail: db.message().to_string(),
+                    }),
+                    "25006" => Self::Refused(crate::primary::Refusal::ReadOnly),
                     // connection exceptions, admin shutdown, crash shutdown,
-                    // cannot connect now, too many connections, read-only
-                    c if c.starts_with("08")
-                        || matches!(c, "57P01" | "57P02" | "57P03" | "53300" | "25006") =>
-                    {
+                    // cannot connect now, too many connections
+                    c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300") => {
                         Self::Unavailable(err.to_string())
                     }
                     _ => Self::Other(err.to_string()),
@@ -192,6 +200,7 @@ impl From<StoreError> for GateError {
                 "the store timed out waiting for a lock held by another transaction; retry".into(),
             ),
             StoreError::NoSyncStandby(short) => GateError::Unavailable(short.refusal()),
+            StoreError::Refused(r) => GateError::Unavailable(r.answer()),
             StoreError::TotalOverflow(award) => GateError::InvalidArgument(format!(
                 "amount_cents would overflow the running total of award {award:?}; nothing was written"
             )),

@@ -128,20 +128,25 @@ impl Gate {
         }
         let answers = futures::future::join_all(unique.iter().map(|s| self.decide(s))).await;
         let mut answered = vec![false; answers.len()];
-        validated
-            .iter()
-            .map(|v| {
-                let s = v.as_ref().map_err(clone_error)?;
-                let idx = first[s.key.as_str()];
-                let result = if std::mem::replace(&mut answered[idx], true) {
-                    self.repeat_in_batch(s, &answers[idx])
-                } else {
-                    clone_answer(&answers[idx]).and_then(Answer::into_result)
-                };
-                log_decision(s, &result);
-                result
-            })
-            .collect()
+        let mut results = Vec::with_capacity(validated.len());
+        for v in &validated {
+            let s = match v {
+                Ok(s) => s,
+                Err(e) => {
+                    results.push(Err(clone_error(e)));
+                    continue;
+                }
+            };
+            let idx = first[s.key.as_str()];
+            let result = if std::mem::replace(&mut answered[idx], true) {
+                self.repeat_in_batch(s, &answers[idx]).await
+            } else {
+                clone_answer(&answers[idx]).and_then(Answer::into_result)
+            };
+            log_decision(s, &result);
+            results.push(result);
+        }
+        results
     }
 
     /// The stored result for a key, from the nearest tier that has it.
@@ -219,7 +224,7 @@ impl Gate {
         if let Some(r) = hit {
             metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "hit")
                 .increment(1);
-            return Ok(self.cached_answer(s, r, Tier::LocalCache));
+            return self.cached_answer(s, r, Tier::LocalCache).await;
         }
         metrics::counter!("oncegate_tier_lookups_total", "tier" => "LOCAL_CACHE", "result" => "miss")
             .increment(1);
@@ -239,7 +244,7 @@ impl Gate {
                 Lease::Found(r) => {
                     let r = Arc::new(r);
                     self.l1.insert(r.clone(), epoch.generation).await;
-                    return Ok(self.cached_answer(s, r, Tier::Redis));
+                    return self.cached_answer(s, r, Tier::Redis).await;
                 }
                 Lease::Held(token) => Some(token),
                 Lease::Foreign | Lease::Skipped => None,
@@ -264,23 +269,37 @@ impl Gate {
                 });
             }
             Err(e) => {
-                tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
-                if matches!(e, StoreError::Unavailable(_)) {
-                    // Maybe the primary is gone: no cache answers until a
-                    // connection confirms who the primary is.
-                    self.primary
-                        .connection_lost("a claim lost its connection to the store");
-                }
+                self.claim_failed(s, &e);
                 self.release(s, lease).await;
                 return Err(e.into());
             }
         };
+        self.primary.claims_taken();
         self.fill(result.clone(), epoch.as_ref()).await;
         Ok(Answer::Decided(Decided {
             claimed,
             result,
             tier: Tier::Database,
         }))
+    }
+
+    /// A claim the store failed: logged (folded, one line per cause and
+    /// interval), and what it says of the store. A refusal from a server
+    /// that answered (a grant missing, read-only) is an outage the health
+    /// shows, not a lost connection: the caches go on answering what is
+    /// confirmed. A lost connection may be a failover: no cache answers
+    /// until a connection confirms who the primary is.
+    fn claim_failed(&self, s: &Submission, e: &StoreError) {
+        if crate::log_fold::CLAIMS.first(&e.to_string()) {
+            tracing::warn!(key = key_prefix(&s.key), error = %e, "claim failed");
+        }
+        match e {
+            StoreError::Refused(refusal) => self.primary.refused(refusal),
+            StoreError::Unavailable(_) => self
+                .primary
+                .connection_lost("a claim lost its connection to the store"),
+            _ => {}
+        }
     }
 
     /// No synchronous standby confirms commits (the guard, DESIGN §7.3): no
@@ -297,7 +316,7 @@ impl Gate {
         {
             let r = Arc::new(r);
             self.l1.insert(r.clone(), epoch.generation).await;
-            return Ok(self.cached_answer(s, r, Tier::Redis));
+            return self.cached_answer(s, r, Tier::Redis).await;
         }
         metrics::counter!("oncegate_sync_guard_refusals_total", "what" => "claim").increment(1);
         Err(GateError::Unavailable(refused))
@@ -323,8 +342,15 @@ impl Gate {
     /// A committed result found for `s` at `tier` without a transaction of
     /// its own (a cache hit, or an earlier item of the same batch): a
     /// duplicate if the fingerprint matches, else a refused key reuse.
-    /// Audited either way.
-    fn cached_answer(&self, s: &Submission, stored: Arc<StoredResult>, tier: Tier) -> Answer {
+    /// Audited either way, and answered only once its audit row is kept
+    /// ([`AuditQueue::keep`]: spooled, or written through when the spool
+    /// cannot take it); else `UNAVAILABLE`.
+    async fn cached_answer(
+        &self,
+        s: &Submission,
+        stored: Arc<StoredResult>,
+        tier: Tier,
+    ) -> Result<Answer, GateError> {
         let answer = if stored.matches(s) {
             Answer::Decided(Decided {
                 claimed: false,
@@ -338,12 +364,12 @@ impl Gate {
             Answer::Decided(_) => AuditDecision::Duplicate,
             Answer::Refused { .. } => AuditDecision::Rejected,
         };
-        self.audit_later(s, decision, tier);
-        answer
+        self.audit_kept(s, decision, tier).await?;
+        Ok(answer)
     }
 
     /// A later item of a batch with the key of an earlier one.
-    fn repeat_in_batch(
+    async fn repeat_in_batch(
         &self,
         s: &Submission,
         first: &Result<Answer, GateError>,
@@ -353,11 +379,11 @@ impl Gate {
             Ok(Answer::Refused { stored, tier }) => (stored.clone(), *tier),
             Err(e) => return Err(clone_error(e)),
         };
-        self.cached_answer(s, stored, tier).into_result()
+        self.cached_answer(s, stored, tier).await?.into_result()
     }
 
-    fn audit_later(&self, s: &Submission, decision: AuditDecision, tier: Tier) {
-        self.audit.record(AuditEntry {
+    async fn audit_kept(&self, s: &Submission, decision: AuditDecision, tier: Tier) -> Result<(), GateError> {
+        let kept = self.audit.keep(AuditEntry {
             at: crate::time_fmt::now_micros(),
             decision,
             tier: Some(tier),
@@ -368,6 +394,15 @@ impl Gate {
             detail: (decision == AuditDecision::Rejected)
                 .then(|| "idempotency key reused with a different submission".to_string()),
         });
+        kept.await.map_err(|e| {
+            if crate::log_fold::CLAIMS.first(&e.to_string()) {
+                tracing::warn!(key = key_prefix(&s.key), error = %e, "an answer's audit row could not be kept: neither the spool nor the store took it");
+            }
+            GateError::Unavailable(
+                "the decision's audit row cannot be kept (the audit spool is full and the store did not take it); retry"
+                    .into(),
+            )
+        })
     }
 }
 

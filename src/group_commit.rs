@@ -273,13 +273,19 @@ async fn run_batch(
                 let _ = reply.send(Ok(outcome));
             }
         }
-        // Unreachable or without a synchronous standby: every item alone
-        // would fail the same way.
+        // Unreachable, without a synchronous standby or refused by the
+        // server (a grant missing, read-only): every item alone would fail
+        // the same way.
         Err(err)
             if items.len() > 1
-                && !matches!(err, StoreError::Unavailable(_) | StoreError::NoSyncStandby(_)) =>
+                && !matches!(
+                    err,
+                    StoreError::Unavailable(_) | StoreError::NoSyncStandby(_) | StoreError::Refused(_)
+                ) =>
         {
-            tracing::warn!(error = %err, items = items.len(), "batch transaction failed; retrying items one by one");
+            if crate::log_fold::GROUP_COMMIT.first(&err.to_string()) {
+                tracing::warn!(error = %err, items = items.len(), "batch transaction failed; retrying items one by one");
+            }
             metrics::counter!("oncegate_group_commit_fallbacks_total").increment(1);
             run_one_by_one(store, ctx, items, replies).await;
         }

@@ -85,7 +85,8 @@
 //! - [`telemetry`]: OpenTelemetry traces (OTLP), the `traceparent` helpers
 //!   and [`trace_span!`], the only way spans for the exporter are made.
 //! - Leaves: [`error`] (the service error and its one mapping to a status,
-//!   store errors, `ConfigError`), [`metrics`], [`log_writer`], [`secret`]
+//!   store errors, `ConfigError`), [`metrics`], [`log_writer`], [`log_fold`]
+//!   (repeated warnings folded into one line per cause and interval), [`secret`]
 //!   (masking), [`time_fmt`].
 //!
 //! `tests/it/structure.rs` checks that no module imports another in a cycle
@@ -107,6 +108,7 @@ pub mod error;
 pub mod gate;
 pub mod group_commit;
 pub mod key;
+pub mod log_fold;
 pub mod log_writer;
 pub mod metrics;
 pub mod primary;

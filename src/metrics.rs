@@ -75,6 +75,14 @@ fn describe() {
         "oncegate_store_identity_confirmed",
         "1 while a connection has confirmed the primary's identity and caches may answer; 0 while cache answers are suspended"
     );
+    describe_counter!(
+        "oncegate_store_refusals_total",
+        "Claims a store that answered refused, by cause (insufficient_privilege: SQLSTATE 42501; read_only: 25006)"
+    );
+    describe_gauge!(
+        "oncegate_store_refusing",
+        "1 while the store refuses claims for this cause (the Gate's health is NOT_SERVING), until a claim is taken"
+    );
     describe_histogram!(
         "oncegate_store_identity_probe_seconds",
         "Time taken by the periodic probe of the primary's identity"
@@ -114,6 +122,10 @@ fn describe() {
     describe_gauge!(
         "oncegate_db_pool_connections",
         "Database pool connections by state"
+    );
+    describe_gauge!(
+        "oncegate_db_connections_held",
+        "Connections this process holds to the database: the pool's, the identity probe's, the relay's LISTEN session"
     );
     describe_histogram!(
         "oncegate_group_commit_batch_size",
@@ -162,7 +174,11 @@ fn describe() {
     );
     describe_counter!(
         "oncegate_audit_spool_errors_total",
-        "Failed spool writes, syncs or bookkeeping (the rows stay in memory and are written as usual)"
+        "Failed spool writes, syncs or bookkeeping (a row a cached answer waits on is written through to the database; others stay in memory)"
+    );
+    describe_counter!(
+        "oncegate_audit_spool_write_through_total",
+        "Audit rows the spool could not take, written to the database before their decision was answered"
     );
     describe_gauge!("oncegate_outbox_backlog", "Unpublished outbox events");
     describe_gauge!(

@@ -26,12 +26,18 @@
 //! later than that after the primary vanished: the window is at most
 //! `ONCEGATE_PRIMARY_PROBE_INTERVAL + ONCEGATE_PRIMARY_PROBE_TIMEOUT`.
 //!
-//! The same watch carries the synchronous-standby [`guard`].
+//! The same watch carries the synchronous-standby [`guard`], and whether
+//! the store refuses claims although it answers ([`Refusal`]: a grant
+//! missing, a read-only server): that is an outage of the store, shown in
+//! the Gate's health until a claim succeeds again, but not a lost
+//! connection — the server that answered is the one confirmed, so cached
+//! confirmed results go on answering.
 
 pub mod guard;
 
 use guard::SyncGuard;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -79,6 +85,12 @@ pub struct PrimaryWatch {
     probe_now: tokio::sync::Notify,
     /// Whether commits are on a synchronous standby (when required).
     guard: SyncGuard,
+    /// Why the store refuses claims now, if it does.
+    refusal: Mutex<Option<Refusal>>,
+    /// `refusal` is set (read without the lock on every claim).
+    refusing: AtomicBool,
+    /// False while the store refuses claims (health).
+    taking_claims: tokio::sync::watch::Sender<bool>,
 }
 
 impl PrimaryWatch {
@@ -97,6 +109,11 @@ impl PrimaryWatch {
     }
 
     fn with(confirmed: bool, watched: bool, require_sync_standby: bool) -> Self {
+        // Exported from the start, 0 (the alert and the dashboard read them).
+        for cause in Refusal::LABELS {
+            metrics::gauge!("oncegate_store_refusing", "cause" => cause).set(0.0);
+            metrics::counter!("oncegate_store_refusals_total", "cause" => cause).increment(0);
+        }
         Self {
             state: Mutex::new(State {
                 identity: None,
@@ -111,6 +128,9 @@ impl PrimaryWatch {
             watched,
             probe_now: tokio::sync::Notify::new(),
             guard: SyncGuard::new(require_sync_standby),
+            refusal: Mutex::new(None),
+            refusing: AtomicBool::new(false),
+            taking_claims: tokio::sync::watch::Sender::new(true),
         }
     }
 
@@ -252,6 +272,104 @@ impl PrimaryWatch {
     }
 }
 
+impl PrimaryWatch {
+    /// The server answered a claim with `refusal`: counted; from the first
+    /// one on, the Gate's health says NOT_SERVING and the log says why
+    /// once, until [`claims_taken`](Self::claims_taken). Cache answers are
+    /// not suspended: the server that answered is the one confirmed.
+    pub fn refused(&self, refusal: &Refusal) {
+        metrics::counter!("oncegate_store_refusals_total", "cause" => refusal.label()).increment(1);
+        let mut now = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        if now.as_ref() == Some(refusal) {
+            return;
+        }
+        tracing::warn!(
+            cause = refusal.label(),
+            why = %refusal,
+            "the store refuses claims: answered UNAVAILABLE, Gate health NOT_SERVING until a claim succeeds"
+        );
+        for cause in Refusal::LABELS {
+            let on = cause == refusal.label();
+            metrics::gauge!("oncegate_store_refusing", "cause" => cause).set(if on { 1.0 } else { 0.0 });
+        }
+        *now = Some(refusal.clone());
+        self.refusing.store(true, Ordering::Release);
+        self.taking_claims.send_replace(false);
+    }
+
+    /// A claim committed: whatever refused claims before is over.
+    pub fn claims_taken(&self) {
+        if !self.refusing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut now = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(before) = now.take() else { return };
+        self.refusing.store(false, Ordering::Release);
+        tracing::info!(after = before.label(), "the store takes claims again");
+        for cause in Refusal::LABELS {
+            metrics::gauge!("oncegate_store_refusing", "cause" => cause).set(0.0);
+        }
+        self.taking_claims.send_replace(true);
+    }
+
+    /// Why the store refuses claims now, if it does.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Resolves with whether the store takes claims whenever it changes
+    /// (health).
+    pub fn taking_claims(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.taking_claims.subscribe()
+    }
+}
+
+/// Why a server that answered refused a write (SQLSTATE 42501, 25006):
+/// not a lost connection, not a bug.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 42501: the role lacks a privilege; `detail` is the server's message
+    /// ("permission denied for table disbursements"), naming the object.
+    InsufficientPrivilege { detail: String },
+    /// 25006: the server takes no writes (`default_transaction_read_only`,
+    /// a managed Postgres near a full disk, a standby).
+    ReadOnly,
+}
+
+impl Refusal {
+    /// Every cause, for the metrics' zero series.
+    pub const LABELS: [&'static str; 2] = ["insufficient_privilege", "read_only"];
+
+    /// The `cause` label of `oncegate_store_refusals_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::InsufficientPrivilege { .. } => "insufficient_privilege",
+            Self::ReadOnly => "read_only",
+        }
+    }
+
+    /// What a refused caller reads: the cause and the object the server
+    /// named (a table name, never data), and that a retry will do.
+    pub fn answer(&self) -> String {
+        format!("the store refused the write: {self}; nothing was written, retry")
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InsufficientPrivilege { detail } => write!(
+                f,
+                "insufficient privilege ({detail}): the database role lacks a grant (migrations/GRANTS.md)"
+            ),
+            Self::ReadOnly => write!(
+                f,
+                "the server is read-only (default_transaction_read_only, or a standby)"
+            ),
+        }
+    }
+}
+
 impl Default for PrimaryWatch {
     fn default() -> Self {
         Self::new(false)
@@ -335,6 +453,31 @@ mod tests {
         let e = w.trusted().expect("still confirmed");
         assert_eq!((e.generation, &*e.tag), (1, "6579714265a80001.2"));
         assert_eq!(w.identity(), Some(promoted));
+    }
+
+    /// A refusal from a server that answered keeps the caches answering,
+    /// and the first claim taken after it ends it.
+    #[test]
+    fn a_refusal_does_not_suspend_the_caches_and_ends_with_a_claim() {
+        let w = PrimaryWatch::new(false);
+        w.observe(A, Instant::now());
+        let serving = w.taking_claims();
+        let revoked = Refusal::InsufficientPrivilege {
+            detail: "permission denied for table disbursements".into(),
+        };
+        w.refused(&revoked);
+        w.refused(&revoked);
+        assert_eq!(w.refusal(), Some(revoked));
+        assert!(!*serving.borrow());
+        assert!(
+            w.trusted().is_some(),
+            "the confirmed server answered: caches answer"
+        );
+        w.refused(&Refusal::ReadOnly);
+        assert_eq!(w.refusal(), Some(Refusal::ReadOnly));
+        w.claims_taken();
+        assert_eq!(w.refusal(), None);
+        assert!(*serving.borrow());
     }
 
     #[test]

@@ -338,7 +338,9 @@ impl Relay {
     /// nothing: a relay that dies between publishing and marking. Returns
     /// the ids the broker took.
     pub async fn publish_unmarked(&self, events: &[OutboxEvent]) -> Vec<uuid::Uuid> {
-        if let Err(e) = self.renew().await {
+        if let Err(e) = self.renew().await
+            && crate::log_fold::RELAY.first(&format!("renewing the slots: {e}"))
+        {
             tracing::warn!(error = %e, "renewing the slots failed");
         }
         let mut published = Vec::new();
@@ -392,7 +394,9 @@ impl Relay {
             self.renew().await.map(|()| Vec::new())
         };
         result.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "relay rebalance failed");
+            if crate::log_fold::RELAY.first(&format!("rebalance: {e}")) {
+                tracing::warn!(error = %e, "relay rebalance failed");
+            }
             Vec::new()
         })
     }
@@ -428,7 +432,9 @@ async fn work(relay: Arc<Relay>, held: Arc<Held>, mut woken: watch::Receiver<u64
             }
             Err(e) => {
                 errors += 1;
-                tracing::warn!(slot = held.lease.slot, error = %e, "relay step failed");
+                if crate::log_fold::RELAY.first(&format!("step: {e}")) {
+                    tracing::warn!(slot = held.lease.slot, error = %e, "relay step failed");
+                }
                 Some((Duration::from_millis(100) * 2u32.pow(errors.min(7))).min(Duration::from_secs(10)))
             }
         };

@@ -881,6 +881,13 @@ pub trait AdminStore: StoreBase {
         None
     }
 
+    /// Every connection to the server this process holds now: the pool's,
+    /// the identity probe's and the relay's `LISTEN` session
+    /// (`oncegate_db_connections_held`; `None` without a server).
+    fn connections_held(&self) -> Option<u32> {
+        None
+    }
+
     /// What the connected role may do beyond least privilege (DESIGN §3):
     /// empty when it is the application role, `None` where the store has
     /// no roles (SQLite: whoever opens the file can do anything).

@@ -1152,6 +1152,7 @@ NOT_SCRAPED_HERE = {
     "oncegate_audit_dropped_total": "a full audit queue or a store down at shutdown",
     "oncegate_db_role_privileged": "Postgres only",
     "oncegate_db_pool_connections": "Postgres only",
+    "oncegate_db_connections_held": "Postgres only",
     "oncegate_outbox_publish_errors_total": "a broker refusing or unreachable",
     "oncegate_outbox_quarantined_total": "a broker refusing an event max-attempts times",
     "oncegate_tier_errors_total": "a failing tier",

@@ -106,6 +106,8 @@ struct Current {
     next: u64,
     /// Rows in the current segment (written, not yet synced).
     rows: u64,
+    /// Bytes of whole rows in the current segment.
+    bytes: u64,
     /// Closed segments and the last number each holds.
     closed: Vec<(PathBuf, u64)>,
 }
@@ -158,28 +160,40 @@ impl Spool {
                 path,
                 next,
                 rows: 0,
+                bytes: 0,
                 closed,
             }),
         };
         Ok((Arc::new(spool), rows))
     }
 
-    /// Numbers `entry`, appends it with one write and hands it to `send`,
-    /// under one lock so that numbers reach the queue in order.
-    pub fn append(&self, entry: AuditEntry, send: impl FnOnce(u64, AuditEntry)) {
+    /// Numbers `entry`, appends it with one write and hands it to `send`
+    /// with the write's error, if it failed, under one lock so that numbers
+    /// reach the queue in order. A failed write (a full disk) is cut back
+    /// off the segment, so no torn line sits before the next one; the row
+    /// is then not in the spool, and `send` decides where it goes.
+    pub fn append<R>(
+        &self,
+        entry: AuditEntry,
+        send: impl FnOnce(u64, AuditEntry, Option<&std::io::Error>) -> R,
+    ) -> R {
         let mut cur = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let n = cur.next;
         cur.next += 1;
         let mut line = serde_json::to_vec(&Line::of(n, &entry)).expect("a row serializes");
         line.push(b'\n');
         match cur.file.write_all(&line) {
-            Ok(()) => cur.rows += 1,
+            Ok(()) => {
+                cur.rows += 1;
+                cur.bytes += line.len() as u64;
+                send(n, entry, None)
+            }
             Err(e) => {
                 metrics::counter!("oncegate_audit_spool_errors_total").increment(1);
-                tracing::warn!(error = %e, "appending an audit row to the spool failed; it is kept in memory only");
+                let _ = cur.file.set_len(cur.bytes);
+                send(n, entry, Some(&e))
             }
         }
-        send(n, entry);
     }
 
     /// Closes the current segment, if it holds rows, and syncs it to disk;
@@ -198,6 +212,7 @@ impl Spool {
             let path = std::mem::replace(&mut cur.path, new_path);
             cur.closed.push((path.clone(), first - 1));
             cur.rows = 0;
+            cur.bytes = 0;
             (old, path, rows)
         };
         old.sync_data()
@@ -207,10 +222,11 @@ impl Spool {
 
     /// Records that every row numbered up to `through` is in the database
     /// and deletes the closed segments wholly at or below it.
+    ///
+    /// The segments go first: their rows are in the database whatever the
+    /// record says, and on a full disk deleting them is what makes room
+    /// for the record.
     pub fn flushed(&self, through: u64) -> std::io::Result<()> {
-        let tmp = self.dir.join("flushed.tmp");
-        std::fs::write(&tmp, through.to_string())?;
-        std::fs::rename(&tmp, self.dir.join("flushed"))?;
         let done: Vec<PathBuf> = {
             let mut cur = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let (done, keep) = std::mem::take(&mut cur.closed)
@@ -222,6 +238,9 @@ impl Spool {
         for path in done {
             std::fs::remove_file(&path)?;
         }
+        let tmp = self.dir.join("flushed.tmp");
+        std::fs::write(&tmp, through.to_string())?;
+        std::fs::rename(&tmp, self.dir.join("flushed"))?;
         Ok(())
     }
 }
@@ -289,11 +308,11 @@ mod tests {
         assert!(replayed.is_empty());
         let mut sent = Vec::new();
         for i in 0..5 {
-            spool.append(entry(&format!("A-{i}")), |n, _| sent.push(n));
+            spool.append(entry(&format!("A-{i}")), |n, _, _| sent.push(n));
         }
         assert_eq!(sent, vec![1, 2, 3, 4, 5]);
         spool.sync().unwrap();
-        spool.append(entry("A-5"), |n, _| sent.push(n));
+        spool.append(entry("A-5"), |n, _, _| sent.push(n));
         spool.flushed(2).unwrap();
         drop(spool);
         // A kill: rows 3..6 were not written; the torn line is skipped.
@@ -315,7 +334,7 @@ mod tests {
                 (6, "A-5".into())
             ]
         );
-        spool.append(entry("B"), |n, _| assert_eq!(n, 7));
+        spool.append(entry("B"), |n, _, _| assert_eq!(n, 7));
         spool.sync().unwrap();
         spool.flushed(7).unwrap();
         assert_eq!(

@@ -258,10 +258,10 @@ impl Publishing<'_> {
                 metrics::counter!("oncegate_outbox_quarantined_total").increment(1);
                 tracing::error!(event_id = %event.event_id, award_id = %event.award_id, sequence = event.sequence, attempts = event.attempts + 1, error = %error, "outbox event quarantined after repeated rejections");
             }
-            Some(false) => {
+            Some(false) if crate::log_fold::RELAY.first(&format!("publish rejected: {error}")) => {
                 tracing::warn!(event_id = %event.event_id, award_id = %event.award_id, attempts = event.attempts + 1, retry_in_ms = backoff.as_millis() as u64, error = %error, "publish rejected; the award's events will be retried in order");
             }
-            None => {}
+            Some(false) | None => {}
         }
         Ok(quarantined)
     }

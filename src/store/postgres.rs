@@ -575,6 +575,13 @@ impl AdminStore for PostgresStore {
     fn pool_usage(&self) -> Option<(u32, usize)> {
         Some((self.pool.size(), self.pool.num_idle()))
     }
+
+    fn connections_held(&self) -> Option<u32> {
+        // Locked: in use now, so open.
+        let probe = self.probe.try_lock().map_or(1, |p| u32::from(p.is_some()));
+        let listener = self.listener.try_lock().map_or(1, |l| u32::from(l.is_some()));
+        Some(self.pool.size() + probe + listener)
+    }
 }
 
 /// Audit rows older than `cutoff`: whole monthly partitions dropped, then

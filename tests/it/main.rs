@@ -37,6 +37,7 @@ mod ops;
 mod pods;
 mod pooler;
 mod privilege;
+mod refusals;
 mod relay;
 mod retention;
 mod seal;
