@@ -1,13 +1,13 @@
 # syntax=docker/dockerfile:1
 #
 # oncegate container image.
-#   docker build -t ghcr.io/oncegate/oncegate:0.1.0 .
+#   docker build -t ghcr.io/oncegate/oncegate:1.0.0 .
 #
 # The image keeps the binary's defaults: the Gate listens on 127.0.0.1:50051
 # (a sidecar is reached only from its own pod) and metrics on 127.0.0.1:9464.
 # The Helm chart sets the listeners it needs; to reach a container started by
 # hand, widen the listener on purpose, e.g.
-#   docker run -p 50051:50051 -e ONCEGATE_LISTEN=0.0.0.0:50051 ghcr.io/oncegate/oncegate:0.1.0
+#   docker run -p 50051:50051 -e ONCEGATE_LISTEN=0.0.0.0:50051 ghcr.io/oncegate/oncegate:1.0.0
 #
 # Both bases are build arguments whose defaults are the public images. Where no
 # registry is reachable, scripts/image builds a stand-in for the runtime base

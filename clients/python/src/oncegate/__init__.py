@@ -34,7 +34,7 @@ from .types import Acquired, Completed, Decision, Disbursement, Outcome, Serving
 if TYPE_CHECKING:
     from .client import Gate
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 __all__ = [
     "Gate",
