@@ -790,14 +790,18 @@ pub async fn run_as(url: &str, sql: &str) -> Result<(), (String, String)> {
         .execute(&mut c)
         .await
         .map(|_| ())
-        .map_err(|e| {
-            let code = e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned())
-                .unwrap_or_default();
-            (code, e.to_string())
-        })
+        .map_err(sqlstate_and_message)
+}
+
+/// A failed statement as its SQLSTATE (empty when there is none) and its
+/// message, what [`run_as`] and the grant tests compare.
+pub fn sqlstate_and_message(e: sqlx::Error) -> (String, String) {
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+        .unwrap_or_default();
+    (code, e.to_string())
 }
 
 /// Creates a Kafka topic of `partitions` on the broker at `bootstrap`

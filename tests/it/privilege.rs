@@ -39,14 +39,7 @@ async fn grant_app_role(url: &str, role: &str) -> Result<(), (String, String)> {
         .execute(&mut c)
         .await
         .map(|_| ())
-        .map_err(|e| {
-            let code = e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned())
-                .unwrap_or_default();
-            (code, e.to_string())
-        })
+        .map_err(sqlstate_and_message)
 }
 
 /// The admin connection's URL for another database.
