@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// completed ones with --duplicate-ratio).
     #[arg(long)]
     pub effects: bool,
+    /// Each call's deadline, sent as `grpc-timeout` as the clients send
+    /// theirs (each client's default is 10 s); `0s` sends none.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
 }
 
 impl BenchArgs {
@@ -204,19 +208,26 @@ struct Shared {
     next_fresh: AtomicU64,
     measured: AtomicU64,
     stop_at: Option<u64>,
+    /// Each call's `grpc-timeout` (`--deadline`), none when zero.
+    deadline: Option<Duration>,
 }
 
 /// Sends one delivery until it is answered; returns the decision.
 async fn deliver(
     client: &mut GateClient<Channel>,
     s: &pb::Submission,
+    deadline: Option<Duration>,
     stats: &mut ClientStats,
 ) -> Option<(pb::Decision, u64)> {
     let mut backoff = Duration::from_millis(5);
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let start = Instant::now();
-        match client.submit(s.clone()).await {
+        let mut request = tonic::Request::new(s.clone());
+        if let Some(d) = deadline {
+            request.set_timeout(d);
+        }
+        match client.submit(request).await {
             Ok(d) => return Some((d.into_inner(), start.elapsed().as_micros() as u64)),
             Err(status) => {
                 *stats.errors.entry(format!("{:?}", status.code())).or_default() += 1;
@@ -254,7 +265,7 @@ async fn client_loop(
             shared.next_fresh.fetch_add(1, Ordering::Relaxed)
         };
         let s = shared.generator.submission(n);
-        let Some((d, micros)) = deliver(&mut client, &s, &mut stats).await else {
+        let Some((d, micros)) = deliver(&mut client, &s, shared.deadline, &mut stats).await else {
             continue;
         };
         if !redeliver {
@@ -324,6 +335,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         next_fresh: AtomicU64::new(0),
         measured: AtomicU64::new(0),
         stop_at: args.deliveries,
+        deadline: (!args.deadline.is_zero()).then_some(args.deadline),
     });
     let chans = channels(&args.target, args.connections).await?;
     let (histories, primed) = prime(&args, &shared, &chans).await?;
@@ -445,7 +457,7 @@ async fn prime(
             for _ in 0..per {
                 let n = shared.next_fresh.fetch_add(1, Ordering::Relaxed);
                 let s = shared.generator.submission(n);
-                if deliver(&mut client, &s, &mut stats).await.is_some() {
+                if deliver(&mut client, &s, shared.deadline, &mut stats).await.is_some() {
                     mine.push(n);
                     stats.fresh_answered += 1;
                     stats.fresh_cents += s.amount_cents as i128;

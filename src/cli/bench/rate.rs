@@ -110,7 +110,7 @@ async fn one(
     // (errors and retries only: a histogram per delivery would cost more
     // than the delivery; latencies go straight into the shared ones)
     let mut mine = ClientStats::new();
-    let answer = super::deliver(&mut client, &s, &mut mine).await;
+    let answer = super::deliver(&mut client, &s, shared.deadline, &mut mine).await;
     open.in_flight.fetch_sub(1, Ordering::Relaxed);
     let micros = due.elapsed().as_micros() as u64;
     let Some((d, _)) = answer else {
