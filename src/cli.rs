@@ -246,6 +246,15 @@ impl Command {
         }
     }
 
+    /// The runtime's worker threads: `ONCEGATE_WORKER_THREADS` for serve
+    /// (one: the single-threaded runtime); `None`, one per CPU, otherwise.
+    pub fn worker_threads(&self) -> Option<usize> {
+        match self {
+            Self::Serve(a) => Some(a.worker_threads.into()),
+            _ => None,
+        }
+    }
+
     /// Default log level: long-running commands report what they do.
     pub fn default_log_level(&self) -> &'static str {
         match self {

@@ -186,6 +186,13 @@ pub struct ServeArgs {
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, env = "ONCEGATE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Threads that run requests. One (the default) runs every task on
+    /// one thread: at a sidecar's rates a second thread mostly wakes the
+    /// first, for more CPU per decision (docs/BENCHMARKS.md). Raise it
+    /// towards the pod's CPU limit when the sidecar's own CPU use nears one
+    /// core.
+    #[arg(long, env = "ONCEGATE_WORKER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: u16,
     /// Refuse to start (exit 64) when the database role is privileged: a
     /// superuser, the schema owner, or able to change ledger, audit trail or
     /// retention floor. The Helm chart sets it whenever Postgres is used.

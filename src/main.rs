@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         }
     };
     let (format, level) = (cli.command.log_format(), cli.command.default_log_level());
+    let threads = cli.command.worker_threads();
     let job = match cli.command.resolve() {
         Ok(job) => job,
         Err(e) => {
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime(threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -75,6 +76,19 @@ fn main() -> ExitCode {
             report(format, &e, log_guard);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The runtime: `threads` workers (one: the current-thread scheduler, no
+/// work stealing to wake a second thread for), or one per CPU.
+fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Runtime::new(),
     }
 }
 
