@@ -182,6 +182,12 @@ pub struct PostgresStore {
 }
 
 /// Shortest time between two cross-process outbox notifications.
+/// A pooled connection idle this long is tested (a round trip) before it is
+/// used; one used more recently is used as it is. A server that went away
+/// within that second fails the statement instead, answered UNAVAILABLE
+/// (retryable) like any claim in flight when a server goes away.
+const TESTED_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
 const NOTIFY_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Coalesces "new outbox rows" into few `pg_notify` calls, each its own
@@ -249,6 +255,15 @@ impl PostgresStore {
             .after_connect(move |conn, _| {
                 let watch = watch.clone();
                 Box::pin(async move { read_identity(conn, &watch).await })
+            })
+            // A connection back from a use moments ago answered then: only
+            // one idle longer is tested with a round trip before it is
+            // handed out (sqlx tests every one: a round trip per transaction).
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    Ok(meta.idle_for < TESTED_IF_IDLE_FOR || conn.ping().await.is_ok())
+                })
             })
             .connect_lazy_with(options.clone());
         Ok(Self {
