@@ -21,7 +21,7 @@ use std::time::Duration;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The longest a line waits in the buffer.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
+pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 /// Bytes waiting that make the thread write at once.
 pub const HIGH_WATER: usize = 256 * 1024;
 /// Bytes waiting beyond which lines are dropped.
