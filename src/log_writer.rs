@@ -1,5 +1,5 @@
 //! The log writer: formatted lines are appended to a shared buffer, and one
-//! thread writes the buffer to stderr every few milliseconds.
+//! thread writes the buffer to stderr every few tens of milliseconds.
 //!
 //! A decision's log line then costs a short lock and a copy on the request
 //! path — no wake-up of another thread and no system call per line. (The
