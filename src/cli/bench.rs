@@ -457,7 +457,10 @@ async fn prime(
             for _ in 0..per {
                 let n = shared.next_fresh.fetch_add(1, Ordering::Relaxed);
                 let s = shared.generator.submission(n);
-                if deliver(&mut client, &s, shared.deadline, &mut stats).await.is_some() {
+                if deliver(&mut client, &s, shared.deadline, &mut stats)
+                    .await
+                    .is_some()
+                {
                     mine.push(n);
                     stats.fresh_answered += 1;
                     stats.fresh_cents += s.amount_cents as i128;

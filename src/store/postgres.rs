@@ -261,9 +261,7 @@ impl PostgresStore {
             // handed out (sqlx tests every one: a round trip per transaction).
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    Ok(meta.idle_for < TESTED_IF_IDLE_FOR || conn.ping().await.is_ok())
-                })
+                Box::pin(async move { Ok(meta.idle_for < TESTED_IF_IDLE_FOR || conn.ping().await.is_ok()) })
             })
             .connect_lazy_with(options.clone());
         Ok(Self {
