@@ -181,13 +181,13 @@ pub struct PostgresStore {
     notifier: Arc<OutboxNotifier>,
 }
 
-/// Shortest time between two cross-process outbox notifications.
 /// A pooled connection idle this long is tested (a round trip) before it is
 /// used; one used more recently is used as it is. A server that went away
 /// within that second fails the statement instead, answered UNAVAILABLE
 /// (retryable) like any claim in flight when a server goes away.
 const TESTED_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
+/// Shortest time between two cross-process outbox notifications.
 const NOTIFY_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Coalesces "new outbox rows" into few `pg_notify` calls, each its own
