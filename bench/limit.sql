@@ -2,8 +2,9 @@
 -- deliveries per transaction (pgbench -D B=…) on oncegate's own schema —
 -- what Postgres can do when batching is perfect. Two statements: the claim
 -- rows, then one statement with the running totals, audit rows, ledger rows
--- and outbox events (the sidecar needs three round trips: it learns which
--- keys it claimed before numbering them).
+-- and outbox events (the sidecar's two statements split elsewhere: the claim
+-- rows and the running totals, then the rest, built from the keys it
+-- learns it claimed and their numbers).
 \set base random(1, 4000000000000000000)
 BEGIN;
 INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at)

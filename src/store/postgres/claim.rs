@@ -1,15 +1,15 @@
-//! The claim transaction on Postgres: a batch of distinct keys costs three
+//! The claim transaction on Postgres: a batch of distinct keys costs two
 //! set-based statements (`unnest` arrays), not five per delivery:
 //!
 //! 1. claim rows, `INSERT … ON CONFLICT DO NOTHING RETURNING key` (the keys
-//!    returned are the ones this transaction claimed);
-//! 2. the running totals of the claimed items' awards, one upsert that
-//!    returns each award's last sequence number (and locks its row);
-//! 3. `claim.sql`: audit rows, ledger rows and outbox events together.
+//!    returned are the ones this transaction claimed), and in the same
+//!    statement the running totals of the claimed items' awards, one upsert
+//!    that returns each award's last sequence number (and locks its row);
+//! 2. `claim.sql`: audit rows, ledger rows and outbox events together.
 //!
 //! Keys not claimed load their stored result (a duplicate, or a key reuse).
 //!
-//! With the synchronous-standby guard on, statement 3 also reads the
+//! With the synchronous-standby guard on, statement 2 also reads the
 //! primary's synchronous standbys, as the last thing before COMMIT
 //! ([`crate::primary::guard`]).
 
@@ -19,7 +19,7 @@ use crate::key::key_prefix;
 use crate::store::shared::event_json;
 use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Disbursement, Replication, StoredResult};
 use crate::submission::Submission;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -39,9 +39,9 @@ pub(super) async fn claim_in_tx(
     let items = batch.unique();
     let now = crate::time_fmt::now_micros();
     let ids: Vec<Uuid> = items.iter().map(|_| Uuid::now_v7()).collect();
-    let claimed_keys = insert_claims(tx, items, &ids, now).await?;
+    let first = claim_and_bump(tx, items, &ids, now).await?;
     let (claimed, others): (Vec<&Submission>, Vec<&Submission>) =
-        items.iter().copied().partition(|s| claimed_keys.contains(&s.key));
+        items.iter().copied().partition(|s| first.keys.contains(&s.key));
     let mut stored = if others.is_empty() {
         HashMap::new()
     } else {
@@ -52,7 +52,7 @@ pub(super) async fn claim_in_tx(
     let rows = if claimed.is_empty() {
         Vec::new()
     } else {
-        ledger_rows(tx, &claimed, &id_of, now).await?
+        ledger_rows(&claimed, &id_of, &first.bumped)?
     };
     let mut fresh: HashMap<&str, &Disbursement> = claimed.iter().map(|s| s.key.as_str()).zip(&rows).collect();
     let outcomes = items
@@ -78,43 +78,97 @@ pub(super) async fn claim_in_tx(
     Ok((outcomes, standbys))
 }
 
-/// Inserts the claim rows; returns the keys this transaction claimed.
-async fn insert_claims(
+/// What the first statement of a claim transaction returns.
+struct Claimed {
+    /// The keys this transaction claimed.
+    keys: HashSet<String>,
+    /// Per award of a claimed item: its `last_sequence` after the increment
+    /// and the time its row was locked, the award's `recorded_at` (taken
+    /// after any wait for another transaction's lock, so within an award a
+    /// higher sequence never has an earlier time).
+    bumped: HashMap<String, (i64, OffsetDateTime)>,
+}
+
+/// The claim rows and the running totals, in one statement (one round
+/// trip, not two): each item's claim row, `INSERT … ON CONFLICT DO NOTHING`
+/// in key order; then, for the items claimed, their awards' running totals
+/// bumped in award order (a stable lock order across concurrent
+/// transactions avoids deadlocks). A total that would overflow is not
+/// updated (the guard), and its award is missing from
+/// [`Claimed::bumped`]: the caller rolls back ([`ledger_rows`]).
+///
+/// The totals read the claims' `RETURNING` rows, so every claim row is in
+/// (its key locked) before the first award row is locked, as when they were
+/// two statements.
+const CLAIM_AND_BUMP_SQL: &str = "\
+WITH item AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $6::bigint[]) AS t(k, a, f, d, c)
+), claimed AS (
+    INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at)
+    SELECT k, a, f, d, $5 FROM item ORDER BY k
+    ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key
+), totals AS (
+    SELECT i.a, sum(i.c) AS t, count(*) AS n FROM claimed JOIN item i ON i.k = claimed.idempotency_key
+    GROUP BY i.a
+), bumped AS (
+    INSERT INTO award_balances AS b (award_id, total_cents, disbursement_count, last_sequence, updated_at)
+    SELECT a, t::bigint, n, n, $5 FROM totals WHERE t <= 9223372036854775807 ORDER BY a
+    ON CONFLICT (award_id) DO UPDATE SET
+        total_cents = b.total_cents + excluded.total_cents,
+        disbursement_count = b.disbursement_count + excluded.disbursement_count,
+        last_sequence = b.last_sequence + excluded.disbursement_count,
+        updated_at = excluded.updated_at
+    WHERE b.total_cents <= 9223372036854775807 - excluded.total_cents
+    RETURNING award_id, last_sequence, clock_timestamp() AS locked_at
+)
+SELECT (SELECT coalesce(array_agg(idempotency_key), '{}') FROM claimed),
+       coalesce(array_agg(award_id), '{}'), coalesce(array_agg(last_sequence), '{}'),
+       coalesce(array_agg(locked_at), '{}')
+FROM bumped";
+
+/// Inserts the claim rows and bumps the running totals of the awards of
+/// the items claimed ([`CLAIM_AND_BUMP_SQL`]).
+async fn claim_and_bump(
     tx: &mut Transaction<'_, Postgres>,
     items: &[&Submission],
     ids: &[Uuid],
     now: OffsetDateTime,
-) -> Result<HashSet<String>, StoreError> {
+) -> Result<Claimed, StoreError> {
     let keys: Vec<&str> = items.iter().map(|s| s.key.as_str()).collect();
     let awards: Vec<&str> = items.iter().map(|s| s.award_id.as_str()).collect();
     let prints: Vec<&str> = items.iter().map(|s| s.fingerprint.as_str()).collect();
-    let claimed: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO processed_messages (idempotency_key, award_id, fingerprint, disbursement_id, claimed_at) \
-         SELECT k, a, f, d, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS t(k, a, f, d) \
-         ORDER BY k \
-         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-    )
-    .bind(&keys)
-    .bind(&awards)
-    .bind(&prints)
-    .bind(ids)
-    .bind(now)
-    .persistent(named())
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(claimed.into_iter().collect())
+    let amounts: Vec<i64> = items.iter().map(|s| s.amount_cents).collect();
+    type Row = (Vec<String>, Vec<String>, Vec<i64>, Vec<OffsetDateTime>);
+    let (claimed, bumped, last, locked_at): Row = sqlx::query_as(CLAIM_AND_BUMP_SQL)
+        .bind(&keys)
+        .bind(&awards)
+        .bind(&prints)
+        .bind(ids)
+        .bind(now)
+        .bind(&amounts)
+        .persistent(named())
+        .fetch_one(&mut **tx)
+        .await?;
+    let bumped = bumped.into_iter().zip(last.into_iter().zip(locked_at)).collect();
+    Ok(Claimed {
+        keys: claimed.into_iter().collect(),
+        bumped,
+    })
 }
 
-/// The ledger rows of the claimed items: the running totals bumped, each
-/// item numbered within its award.
-async fn ledger_rows(
-    tx: &mut Transaction<'_, Postgres>,
+/// The ledger rows of the claimed items, each numbered within its award
+/// from the running totals [`claim_and_bump`] returned; an award missing
+/// there (or whose items' sum alone overflows) is the caller's
+/// [`StoreError::TotalOverflow`].
+fn ledger_rows(
     claimed: &[&Submission],
     id_of: &HashMap<&str, Uuid>,
-    now: OffsetDateTime,
+    bumped: &HashMap<String, (i64, OffsetDateTime)>,
 ) -> Result<Vec<Disbursement>, StoreError> {
     let totals = totals_by_award(claimed)?;
-    let bumped = bump_balances(tx, &totals, now).await?;
+    if let Some((award, _, _)) = totals.iter().find(|t| !bumped.contains_key(t.0)) {
+        return Err(StoreError::TotalOverflow(award.to_string()));
+    }
     let last: HashMap<String, i64> = bumped.iter().map(|(a, (seq, _))| (a.clone(), *seq)).collect();
     let counts: HashMap<&str, i64> = totals.iter().map(|t| (t.0, t.2)).collect();
     let seqs = assign_sequences(claimed, &last, &counts);
@@ -129,51 +183,6 @@ async fn ledger_rows(
             sequence,
         })
         .collect())
-}
-
-/// Adds the claimed amounts to the running totals; returns each award's
-/// `last_sequence` after the increment and the time its row was locked,
-/// the award's `recorded_at` (taken after any wait for another
-/// transaction's lock, so within an award a higher sequence never has an
-/// earlier time). A total that would overflow is not updated (the guard),
-/// and its award is reported: the caller rolls back.
-async fn bump_balances(
-    tx: &mut Transaction<'_, Postgres>,
-    totals: &[(&str, i64, i64)],
-    now: OffsetDateTime,
-) -> Result<HashMap<String, (i64, OffsetDateTime)>, StoreError> {
-    let awards: Vec<&str> = totals.iter().map(|t| t.0).collect();
-    let sums: Vec<i64> = totals.iter().map(|t| t.1).collect();
-    let counts: Vec<i64> = totals.iter().map(|t| t.2).collect();
-    let rows = sqlx::query(
-        "INSERT INTO award_balances AS b (award_id, total_cents, disbursement_count, last_sequence, updated_at) \
-         SELECT a, t, n, n, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(a, t, n) ORDER BY a \
-         ON CONFLICT (award_id) DO UPDATE SET \
-           total_cents = b.total_cents + excluded.total_cents, \
-           disbursement_count = b.disbursement_count + excluded.disbursement_count, \
-           last_sequence = b.last_sequence + excluded.disbursement_count, \
-           updated_at = excluded.updated_at \
-         WHERE b.total_cents <= 9223372036854775807 - excluded.total_cents \
-         RETURNING award_id, last_sequence, clock_timestamp()",
-    )
-    .bind(&awards)
-    .bind(&sums)
-    .bind(&counts)
-    .bind(now)
-    .persistent(named())
-    .fetch_all(&mut **tx)
-    .await?;
-    let last = rows
-        .iter()
-        .map(|r| {
-            let locked_at: OffsetDateTime = r.try_get(2)?;
-            Ok((r.try_get::<String, _>(0)?, (r.try_get::<i64, _>(1)?, locked_at)))
-        })
-        .collect::<Result<HashMap<_, _>, sqlx::Error>>()?;
-    match awards.iter().find(|a| !last.contains_key(**a)) {
-        Some(award) => Err(StoreError::TotalOverflow(award.to_string())),
-        None => Ok(last),
-    }
 }
 
 /// Assigns per-award sequence numbers to claimed items, given each award's
