@@ -158,20 +158,18 @@ async fn claim_and_bump(
 
 /// The ledger rows of the claimed items, each numbered within its award
 /// from the running totals [`claim_and_bump`] returned; an award missing
-/// there (or whose items' sum alone overflows) is the caller's
-/// [`StoreError::TotalOverflow`].
+/// there is one whose total would overflow ([`CLAIM_AND_BUMP_SQL`] sums
+/// and checks the amounts): the caller's [`StoreError::TotalOverflow`].
 fn ledger_rows(
     claimed: &[&Submission],
     id_of: &HashMap<&str, Uuid>,
     bumped: &HashMap<String, (i64, OffsetDateTime)>,
 ) -> Result<Vec<Disbursement>, StoreError> {
-    let totals = totals_by_award(claimed)?;
-    if let Some((award, _, _)) = totals.iter().find(|t| !bumped.contains_key(t.0)) {
+    let counts = counts_by_award(claimed);
+    if let Some(award) = counts.keys().find(|a| !bumped.contains_key(**a)) {
         return Err(StoreError::TotalOverflow(award.to_string()));
     }
-    let last: HashMap<String, i64> = bumped.iter().map(|(a, (seq, _))| (a.clone(), *seq)).collect();
-    let counts: HashMap<&str, i64> = totals.iter().map(|t| (t.0, t.2)).collect();
-    let seqs = assign_sequences(claimed, &last, &counts);
+    let seqs = assign_sequences(claimed, bumped, &counts);
     Ok(claimed
         .iter()
         .zip(seqs)
@@ -190,16 +188,17 @@ fn ledger_rows(
 /// numbers in batch order.
 fn assign_sequences(
     claimed: &[&Submission],
-    last_by_award: &HashMap<String, i64>,
-    count_by_award: &HashMap<&str, i64>,
+    bumped: &HashMap<String, (i64, OffsetDateTime)>,
+    count_by_award: &BTreeMap<&str, i64>,
 ) -> Vec<i64> {
     let mut next: HashMap<&str, i64> = HashMap::with_capacity(count_by_award.len());
     claimed
         .iter()
         .map(|s| {
+            let award = s.award_id.as_str();
             let n = next
-                .entry(s.award_id.as_str())
-                .or_insert_with(|| last_by_award[&s.award_id] - count_by_award[s.award_id.as_str()] + 1);
+                .entry(award)
+                .or_insert_with(|| bumped[award].0 - count_by_award[award] + 1);
             let seq = *n;
             *n += 1;
             seq
@@ -207,19 +206,13 @@ fn assign_sequences(
         .collect()
 }
 
-/// Per award: (sum of amounts, number of items), in award order (a stable lock
-/// order across concurrent transactions avoids deadlocks). Checked: a sum
-/// past `i64::MAX` is the award's overflow, never a wrapped total.
-fn totals_by_award<'a>(claimed: &[&'a Submission]) -> Result<Vec<(&'a str, i64, i64)>, StoreError> {
-    let mut map: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+/// Per award, the number of claimed items, in award order.
+fn counts_by_award<'a>(claimed: &[&'a Submission]) -> BTreeMap<&'a str, i64> {
+    let mut counts = BTreeMap::new();
     for s in claimed {
-        let e = map.entry(s.award_id.as_str()).or_default();
-        e.0 =
-            e.0.checked_add(s.amount_cents)
-                .ok_or_else(|| StoreError::TotalOverflow(s.award_id.clone()))?;
-        e.1 += 1;
+        *counts.entry(s.award_id.as_str()).or_default() += 1;
     }
-    Ok(map.into_iter().map(|(a, (sum, n))| (a, sum, n)).collect())
+    counts
 }
 
 /// Items claimed in this batch whose award id and timestamp already appear
