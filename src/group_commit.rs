@@ -19,7 +19,11 @@
 //! for at most [`TURN_WAIT`], so a batch stuck behind a row lock (until the
 //! lock timeout) holds its lane up only that long: the next batch runs
 //! beside it, and claims of the stuck batch's awards queue behind the same
-//! row locks in the database, in order. Every item is answered. Outcomes are exactly
+//! row locks in the database, in order. A runner keeps the connection of
+//! the transaction it committed for its next batch while batches follow
+//! each other closely, and gives it back when its lane goes idle: each
+//! runner holds one connection at most, as [`GroupCommitSettings::fit`]
+//! counts. Every item is answered. Outcomes are exactly
 //! those of one transaction per item: repeated keys are decided in order,
 //! and if the batch fails for a reason other than the store being
 //! unreachable, each item is retried in its own transaction so one bad item
@@ -27,7 +31,7 @@
 //! (serialization failure, deadlock) is retried here, a few times.
 
 use crate::error::StoreError;
-use crate::store::{Backend, ClaimBatch, ClaimContext, ClaimOutcome, ClaimStore, OpenClaim};
+use crate::store::{Backend, ClaimBatch, ClaimContext, ClaimOutcome, ClaimStore, KeptConnection, OpenClaim};
 use crate::submission::Submission;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -146,7 +150,8 @@ fn lane_of(award_id: &str, lanes: usize) -> usize {
     (hasher.finish() % lanes as u64) as usize
 }
 
-type Queue = Arc<Mutex<mpsc::Receiver<(Submission, Reply)>>>;
+type Receiver = mpsc::Receiver<(Submission, Reply)>;
+type Queue = Arc<Mutex<Receiver>>;
 
 /// The longest a worker waits for the batch before its own to end (a normal
 /// batch takes a few milliseconds; one behind a row lock waits for the lock
@@ -203,6 +208,13 @@ async fn supervise(
     }
 }
 
+/// How long a runner keeps the connection of its last batch transaction
+/// for the next batch ([`KeptConnection`]); a lane idle longer gives it back
+/// to the pool. Well below the second after which the Postgres pool tests
+/// an idle connection before handing it out: a kept connection is used, as
+/// such a pooled one would be, without a test.
+const KEEP_CONNECTION_FOR: Duration = Duration::from_millis(100);
+
 async fn worker(
     rx: Queue,
     turn: Turn,
@@ -210,21 +222,44 @@ async fn worker(
     ctx: ClaimContext,
     settings: GroupCommitSettings,
 ) {
+    let mut kept: Option<KeptConnection> = None;
     loop {
-        // Next in line (holding the queue) with a first job; then our turn,
-        // beginning the transaction meanwhile; then the rest of the batch.
-        let mut queue = rx.lock().await;
-        let Some(first) = queue.recv().await else {
+        // Next in line (holding the queue) with a first job, keeping the
+        // last batch's connection only while the next comes soon; then our
+        // turn, beginning the transaction meanwhile; then the rest of the
+        // batch.
+        let next = match kept.take() {
+            Some(conn) => match tokio::time::timeout(KEEP_CONNECTION_FOR, first_job(&rx)).await {
+                Ok(next) => {
+                    kept = Some(conn);
+                    next
+                }
+                Err(_) => {
+                    drop(conn);
+                    first_job(&rx).await
+                }
+            },
+            None => first_job(&rx).await,
+        };
+        let Some((mut queue, first)) = next else {
             return;
         };
-        let (open, ours) = tokio::join!(store.begin_claim(), turn.wait());
+        let (open, ours) = tokio::join!(store.begin_claim(kept.take()), turn.wait());
         let jobs = next_batch(first, &mut queue, settings).await;
         drop(queue);
         metrics::histogram!("oncegate_group_commit_batch_size").record(jobs.len() as f64);
         // The early BEGIN is the first attempt's: if it failed, that is the
         // first attempt's error (retried if retryable, like any other).
-        run_batch(&*store, &ctx, jobs, ours, open).await;
+        kept = run_batch(&*store, &ctx, jobs, ours, open).await;
     }
+}
+
+/// The lane's queue, held, with the first job that came; `None` once the
+/// queue is closed and drained. Cancel-safe: cut short, nothing is taken.
+async fn first_job(rx: &Queue) -> Option<(tokio::sync::MutexGuard<'_, Receiver>, (Submission, Reply))> {
+    let mut queue = rx.lock().await;
+    let first = queue.recv().await?;
+    Some((queue, first))
 }
 
 /// After the first job, takes what else is queued (lingering `max_wait` if
@@ -255,23 +290,26 @@ async fn next_batch(
 
 /// Runs one batch, passing the turn on once its transaction has ended
 /// (committed, or failed: before its items are retried one by one).
+/// Returns the connection of the transaction that committed the batch,
+/// where the store keeps one.
 async fn run_batch(
     store: &dyn ClaimStore,
     ctx: &ClaimContext,
     jobs: Vec<(Submission, Reply)>,
     turn: Option<OwnedSemaphorePermit>,
     open: Result<Option<OpenClaim>, StoreError>,
-) {
+) -> Option<KeptConnection> {
     let (items, replies): (Vec<Submission>, Vec<Reply>) = jobs.into_iter().unzip();
     let batch = ClaimBatch::new(&items);
     let span = batch_span(store, &items);
     let result = claim_with_retry(store, &batch, ctx, open).instrument(span).await;
     drop(turn);
     match result {
-        Ok(outcomes) => {
+        Ok((outcomes, kept)) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
             }
+            kept
         }
         // Unreachable, without a synchronous standby or refused by the
         // server (a grant missing, read-only): every item alone would fail
@@ -288,11 +326,13 @@ async fn run_batch(
             }
             metrics::counter!("oncegate_group_commit_fallbacks_total").increment(1);
             run_one_by_one(store, ctx, items, replies).await;
+            None
         }
         Err(err) => {
             for reply in replies {
                 let _ = reply.send(Err(err.clone()));
             }
+            None
         }
     }
 }
@@ -337,9 +377,10 @@ pub async fn claim_batch(
     ctx: &ClaimContext,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let batch = ClaimBatch::new(items);
-    claim_with_retry(store, &batch, ctx, Ok(None))
+    let (outcomes, _) = claim_with_retry(store, &batch, ctx, Ok(None))
         .instrument(batch_span(store, items))
-        .await
+        .await?;
+    Ok(outcomes)
 }
 
 /// The span of one batch transaction (its retries included): a child of
@@ -361,20 +402,22 @@ fn batch_span(store: &dyn ClaimStore, items: &[Submission]) -> tracing::Span {
 }
 
 /// The first attempt in the transaction `begun` early if there is one (or
-/// with its `BEGIN`'s error); any retry in a new transaction.
+/// with its `BEGIN`'s error); any retry in a new transaction. With the
+/// outcomes, the connection of the first attempt's transaction, where the
+/// store keeps one ([`ClaimStore::claim_batch_in`]).
 async fn claim_with_retry(
     store: &dyn ClaimStore,
     batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
     begun: Result<Option<OpenClaim>, StoreError>,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
+) -> Result<(Vec<ClaimOutcome>, Option<KeptConnection>), StoreError> {
     let mut attempt = 0;
     let mut begun = Some(begun);
     loop {
         let tried = match begun.take() {
             Some(Ok(Some(open))) => store.claim_batch_in(open, batch, ctx).await,
             Some(Err(e)) => Err(e),
-            Some(Ok(None)) | None => store.claim_batch(batch, ctx).await,
+            Some(Ok(None)) | None => store.claim_batch(batch, ctx).await.map(|o| (o, None)),
         };
         match tried {
             Err(StoreError::Retryable(msg)) if attempt < MAX_RETRIES => {

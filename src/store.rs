@@ -514,7 +514,17 @@ pub trait HeldLock: Send {
 /// own transaction, one variant per backend that begins early (SQLite does
 /// not), so a store takes back only its own. Dropped unused, it rolls back.
 pub enum OpenClaim {
-    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    Postgres(postgres::ClaimTx),
+}
+
+/// The connection of a claim transaction that committed, handed back to its
+/// group-commit runner to begin its next batch on
+/// ([`ClaimStore::begin_claim`]): a runner keeps it only while batches
+/// follow each other closely, and at most one at a time (the connections
+/// [`crate::group_commit::GroupCommitSettings::fit`] counts for it), so
+/// the pool is never the poorer for it.
+pub enum KeptConnection {
+    Postgres(sqlx::pool::PoolConnection<sqlx::Postgres>),
 }
 
 pub use crate::primary::guard::{CommitSetting, Replication, Shortfall};
@@ -553,21 +563,25 @@ pub trait ClaimStore: StoreBase {
 
     /// Begins a claim transaction before its batch is known, so that group
     /// commit can take the `BEGIN` round trip while it waits for its turn.
-    /// `None` where that gains nothing (the default).
-    async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
+    /// `None` where that gains nothing (the default). Begun on `kept` when
+    /// given.
+    async fn begin_claim(&self, kept: Option<KeptConnection>) -> Result<Option<OpenClaim>, StoreError> {
+        drop(kept);
         Ok(None)
     }
 
     /// [`claim_batch`](Self::claim_batch) in a transaction from
-    /// [`begin_claim`](Self::begin_claim).
+    /// [`begin_claim`](Self::begin_claim); with the outcomes, the
+    /// transaction's connection for the next one, where the backend keeps
+    /// one.
     async fn claim_batch_in(
         &self,
         open: OpenClaim,
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+    ) -> Result<(Vec<ClaimOutcome>, Option<KeptConnection>), StoreError> {
         drop(open);
-        self.claim_batch(batch, ctx).await
+        Ok((self.claim_batch(batch, ctx).await?, None))
     }
 
     /// Re-creates purged claim rows from the ledger (late redeliveries).

@@ -13,12 +13,14 @@ mod seal;
 mod slots;
 mod tx;
 
+pub use tx::ClaimTx;
+
 use super::shared::{LEDGER_SUMMARY_SQL, ledger_summary_from_row};
 use super::*;
 use crate::error::StoreError;
 use crate::store::rows::stored_result;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Row};
 use std::collections::HashMap;
 use std::str::FromStr;
 use tokio::sync::Mutex;
@@ -284,21 +286,23 @@ impl PostgresStore {
 
     /// Claims `batch` in `tx` and commits (under the guard: only with the
     /// standbys there before COMMIT, answered only once confirmed after
-    /// it); wakes the relay if a claim went in.
+    /// it); wakes the relay if a claim went in. Returns the transaction's
+    /// connection with the outcomes, for its runner to keep, if the pool
+    /// can spare it.
     async fn claim_in(
         &self,
-        mut tx: Transaction<'static, Postgres>,
+        mut tx: ClaimTx,
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+    ) -> Result<(Vec<ClaimOutcome>, Option<KeptConnection>), StoreError> {
         let (outcomes, standbys) = claim::claim_in_tx(&mut tx, batch, ctx, self.tx.guarded()).await?;
         self.tx.check_before_commit(standbys.as_ref())?;
-        self.tx.commit(tx).await?;
+        let conn = self.tx.commit_claim(tx).await?;
         if outcomes.iter().any(|o| matches!(o, ClaimOutcome::Claimed(_))) {
             self.outbox_written.notify_one();
             self.notifier.poke(&self.pool);
         }
-        Ok(outcomes)
+        Ok((outcomes, conn.map(KeptConnection::Postgres)))
     }
 }
 
@@ -308,13 +312,13 @@ const SELECT_STORED_ONE: &str = "SELECT idempotency_key, fingerprint, id, award_
      recorded_at, sequence FROM disbursements WHERE idempotency_key = $1";
 
 async fn load_stored(
-    tx: &mut Transaction<'_, Postgres>,
+    tx: &mut PgConnection,
     keys: &[&str],
 ) -> Result<HashMap<String, StoredResult>, StoreError> {
     let rows = sqlx::query(SELECT_STORED_ANY)
         .bind(keys)
         .persistent(tx::named())
-        .fetch_all(&mut **tx)
+        .fetch_all(tx)
         .await?;
     rows.iter()
         .map(|r| stored_result(r).map(|s| (s.key.clone(), s)))
@@ -339,12 +343,13 @@ impl ClaimStore for PostgresStore {
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let tx = self.tx.begin().await?;
-        self.claim_in(tx, batch, ctx).await
+        let tx = self.tx.begin_claim(None).await?;
+        Ok(self.claim_in(tx, batch, ctx).await?.0)
     }
 
-    async fn begin_claim(&self) -> Result<Option<OpenClaim>, StoreError> {
-        Ok(Some(OpenClaim::Postgres(self.tx.begin().await?)))
+    async fn begin_claim(&self, kept: Option<KeptConnection>) -> Result<Option<OpenClaim>, StoreError> {
+        let kept = kept.map(|KeptConnection::Postgres(conn)| conn);
+        Ok(Some(OpenClaim::Postgres(self.tx.begin_claim(kept).await?)))
     }
 
     async fn claim_batch_in(
@@ -352,7 +357,7 @@ impl ClaimStore for PostgresStore {
         open: OpenClaim,
         batch: &ClaimBatch<'_>,
         ctx: &ClaimContext,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+    ) -> Result<(Vec<ClaimOutcome>, Option<KeptConnection>), StoreError> {
         let OpenClaim::Postgres(tx) = open;
         self.claim_in(tx, batch, ctx).await
     }

@@ -728,6 +728,35 @@ async fn exhausted_pool_answers_unavailable_within_the_acquire_timeout() {
     );
 }
 
+/// A group-commit runner keeps the connection of its last batch for its
+/// next only while batches follow closely: once the claims stop, every
+/// connection is back in the pool within moments, and a claim after that
+/// commits on one taken from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_lane_gives_its_kept_connection_back_to_the_pool() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let app = TestApp::spawn(serve_args(&db)).await;
+    let mut c = app.client().await;
+    let claim = |i: u32| submission("AWD-K", "2026-11-29T10:00:00Z", &i.to_le_bytes(), 1);
+    for i in 0..20 {
+        let d = c.submit(claim(i)).await.unwrap().into_inner();
+        assert_eq!(outcome(&d), Outcome::Claimed);
+    }
+    let all_idle = || async {
+        let (size, idle) = app.store.pool_usage().expect("a Postgres pool");
+        size > 0 && size as usize == idle
+    };
+    assert!(
+        eventually(Duration::from_secs(5), all_idle).await,
+        "a connection stayed out of the pool after the claims stopped: {:?}",
+        app.store.pool_usage()
+    );
+    let d = c.submit(claim(20)).await.unwrap().into_inner();
+    assert_eq!(outcome(&d), Outcome::Claimed);
+    assert_eq!(db.counts().await.ledger(), (21, 21, 21, 21));
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_cut_answers_unavailable_within_a_bound_and_cached_duplicates_after_it() {
     let db = TestDb::new(Kind::Postgres).await;

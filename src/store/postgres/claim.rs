@@ -19,7 +19,7 @@ use crate::key::key_prefix;
 use crate::store::shared::event_json;
 use crate::store::{ClaimBatch, ClaimContext, ClaimOutcome, Disbursement, Replication, StoredResult};
 use crate::submission::Submission;
-use sqlx::{Postgres, Transaction};
+use sqlx::PgConnection;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -31,7 +31,7 @@ const CLAIM_EFFECTS_SQL: &str = include_str!("claim.sql");
 /// standbys as the transaction's last statement saw them (its
 /// `synchronous_commit` is the transaction's own, so `commit` is `None`).
 pub(super) async fn claim_in_tx(
-    tx: &mut Transaction<'_, Postgres>,
+    tx: &mut PgConnection,
     batch: &ClaimBatch<'_>,
     ctx: &ClaimContext,
     read_standbys: bool,
@@ -129,7 +129,7 @@ FROM bumped";
 /// Inserts the claim rows and bumps the running totals of the awards of
 /// the items claimed ([`CLAIM_AND_BUMP_SQL`]).
 async fn claim_and_bump(
-    tx: &mut Transaction<'_, Postgres>,
+    tx: &mut PgConnection,
     items: &[&Submission],
     ids: &[Uuid],
     now: OffsetDateTime,
@@ -147,7 +147,7 @@ async fn claim_and_bump(
         .bind(now)
         .bind(&amounts)
         .persistent(named())
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *tx)
         .await?;
     let bumped = bumped.into_iter().zip(last.into_iter().zip(locked_at)).collect();
     Ok(Claimed {
@@ -315,7 +315,7 @@ impl<'a> ClaimColumns<'a> {
     /// claimed keys already in the ledger.
     async fn execute(
         &self,
-        tx: &mut Transaction<'_, Postgres>,
+        tx: &mut PgConnection,
         read_standbys: bool,
     ) -> Result<(i64, Option<Replication>), StoreError> {
         type Row = (i64, Vec<String>, Option<String>, Option<i32>, Option<i32>);
@@ -344,7 +344,7 @@ impl<'a> ClaimColumns<'a> {
             .bind(read_standbys)
             .bind(&self.award_hash)
             .persistent(named())
-            .fetch_one(&mut **tx)
+            .fetch_one(&mut *tx)
             .await?;
         if inserted.len() < self.key.len() {
             let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();

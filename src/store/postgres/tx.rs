@@ -22,7 +22,9 @@ use crate::primary::PrimaryWatch;
 use crate::primary::guard::{Replication, Shortfall};
 use crate::store::{Pooler, StoreSettings};
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::postgres::PgTransactionManager;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row, SqlSafeStr, Transaction};
+use sqlx_core::transaction::TransactionManager;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -55,7 +57,17 @@ pub(super) struct Transactions {
     /// `BEGIN` of any other transaction.
     begin_other: Arc<str>,
     primary: Arc<PrimaryWatch>,
+    /// Claim transactions hand their connections back for their runners to
+    /// keep ([`commit_claim`](Self::commit_claim)).
+    keep: bool,
 }
+
+/// The smallest pool whose claim transactions hand back their connections:
+/// one group-commit lane's two runners and one connection for everything
+/// else. In a smaller pool (where `GroupCommitSettings::fit` runs one lane
+/// all the same) a kept connection would be the one a lookup, or the
+/// lane's other runner, is waiting for.
+const KEEP_FROM_POOL_SIZE: u32 = 3;
 
 impl Transactions {
     pub(super) fn new(pool: PgPool, primary: Arc<PrimaryWatch>, settings: &StoreSettings) -> Self {
@@ -92,6 +104,7 @@ impl Transactions {
             begin_commit: guarded.into(),
             begin_other: begin.into(),
             primary,
+            keep: settings.pool_size >= KEEP_FROM_POOL_SIZE,
         }
     }
 
@@ -106,6 +119,41 @@ impl Transactions {
         self.pool
             .begin_with(AssertSqlSafe(self.begin_commit.to_string()))
             .await
+    }
+
+    /// A claim transaction, on `kept` — the connection of the last claim
+    /// transaction its group-commit runner committed — or on one from the
+    /// pool.
+    pub(super) async fn begin_claim(
+        &self,
+        kept: Option<PoolConnection<Postgres>>,
+    ) -> Result<ClaimTx, sqlx::Error> {
+        let conn = match kept {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        let mut tx = ClaimTx { conn: Some(conn) };
+        let begin = AssertSqlSafe(self.begin_commit.to_string()).into_sql_str();
+        PgTransactionManager::begin(&mut tx, Some(begin)).await?;
+        Ok(tx)
+    }
+
+    /// Commits `tx` as [`commit`](Self::commit) does, and hands back its
+    /// connection for the runner to keep (unless the pool is too small to
+    /// spare it: [`KEEP_FROM_POOL_SIZE`]).
+    pub(super) async fn commit_claim(
+        &self,
+        mut tx: ClaimTx,
+    ) -> Result<Option<PoolConnection<Postgres>>, StoreError> {
+        PgTransactionManager::commit(&mut tx).await?;
+        let conn = tx
+            .conn
+            .take()
+            .expect("an open claim transaction has its connection");
+        if self.sync {
+            self.confirm_commit().await?;
+        }
+        Ok(self.keep.then_some(conn))
     }
 
     /// Where a statement with parameters runs outside a claim or effect
@@ -180,6 +228,45 @@ impl Transactions {
         self.primary.guard().fell_short(s.clone());
         self.primary.request_probe();
         StoreError::NoSyncStandby(s)
+    }
+}
+
+/// A claim transaction on a pooled connection of its own, which its
+/// group-commit runner may keep for its next batch once it has committed
+/// ([`crate::store::KeptConnection`]). sqlx's own `Transaction` gives its
+/// connection back to the pool at COMMIT, and sqlx tests every connection
+/// going back with a round trip: at a steady rate, one round trip in five
+/// of a claim transaction. Begun and ended through sqlx's transaction
+/// manager, so that dropped uncommitted (an error, a future cut short) it
+/// rolls back as a sqlx `Transaction` does: the ROLLBACK is queued and goes
+/// out with the pool's test of the returning connection.
+pub struct ClaimTx {
+    /// `None` once committed.
+    conn: Option<PoolConnection<Postgres>>,
+}
+
+impl Drop for ClaimTx {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.conn {
+            PgTransactionManager::start_rollback(conn);
+        }
+    }
+}
+
+impl std::ops::Deref for ClaimTx {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.conn
+            .as_ref()
+            .expect("an open claim transaction has its connection")
+    }
+}
+
+impl std::ops::DerefMut for ClaimTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn
+            .as_mut()
+            .expect("an open claim transaction has its connection")
     }
 }
 
