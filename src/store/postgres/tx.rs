@@ -117,7 +117,7 @@ impl Transactions {
     /// A transaction whose commit [`commit`](Self::commit) confirms.
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         self.pool
-            .begin_with(AssertSqlSafe(self.begin_commit.to_string()))
+            .begin_with(AssertSqlSafe(self.begin_commit.clone()))
             .await
     }
 
@@ -133,7 +133,7 @@ impl Transactions {
             None => self.pool.acquire().await?,
         };
         let mut tx = ClaimTx { conn: Some(conn) };
-        let begin = AssertSqlSafe(self.begin_commit.to_string()).into_sql_str();
+        let begin = AssertSqlSafe(self.begin_commit.clone()).into_sql_str();
         PgTransactionManager::begin(&mut tx, Some(begin)).await?;
         Ok(tx)
     }
@@ -163,7 +163,7 @@ impl Transactions {
         Ok(if self.pooled {
             Session::InTx(
                 self.pool
-                    .begin_with(AssertSqlSafe(self.begin_other.to_string()))
+                    .begin_with(AssertSqlSafe(self.begin_other.clone()))
                     .await?,
             )
         } else {
