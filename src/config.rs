@@ -281,11 +281,13 @@ pub struct ServeArgs {
     /// Most deliveries per group-commit transaction (1 disables group commit).
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_MAX_BATCH", default_value_t = 128)]
     pub group_commit_max_batch: usize,
-    /// How long a group-commit worker lingers for more deliveries once it
-    /// has one: fewer, larger transactions for a little latency. At a
-    /// steady 1,000 claims/s, 1ms took a fifth off a fresh claim's CPU for
-    /// 2 ms more at the median; near saturation it cost a sixth of the
-    /// throughput (docs/BENCHMARKS.md).
+    /// How long a small group-commit batch (under 8 deliveries) lingers for
+    /// more: fewer, larger transactions for a little latency. A lane stops
+    /// lingering while its lingers gather little (consumers that wait for
+    /// each answer) and tries again every 32 batches. At a steady 1,000
+    /// claims/s, 2ms took a fifth off a fresh claim's CPU for 3 ms more at
+    /// the median; one to four consumers each waiting for its answer lost
+    /// 10-31 % of their claims per second, 16 or 64 none (docs/BENCHMARKS.md).
     #[arg(long, env = "ONCEGATE_GROUP_COMMIT_MAX_WAIT", default_value = "0ms", value_parser = humantime::parse_duration)]
     pub group_commit_max_wait: Duration,
     /// Group-commit lanes: claims are routed by a hash of their award to a

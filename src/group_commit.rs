@@ -9,7 +9,8 @@
 //! awards still meet only in row locks.
 //!
 //! In a lane two runners take turns. The runner whose turn it is takes what
-//! is waiting (up to `max_batch`, optionally lingering `max_wait` for more),
+//! is waiting (up to `max_batch`; a small batch may linger up to `max_wait`
+//! for more, while lingering on this lane gathers claims: [`Linger`]),
 //! runs it as one batch through [`claim_batch`], and passes the turn on when
 //! the batch's transaction has ended; the other runner meanwhile holds the
 //! lane's next job and begins its transaction, and its batch takes
@@ -45,7 +46,8 @@ use tracing::Instrument;
 pub struct GroupCommitSettings {
     /// Most items per transaction; 1 disables coalescing.
     pub max_batch: usize,
-    /// How long a worker lingers for more items once it has one.
+    /// How long a small batch lingers for more items ([`Linger`]); zero
+    /// never lingers.
     pub max_wait: Duration,
     /// Award lanes: batch transactions in flight at once (each lane also
     /// has a second runner, for a batch stuck behind a row lock).
@@ -108,7 +110,10 @@ impl Committer {
         if settings.max_batch > 1 {
             for _ in 0..settings.workers.max(1) {
                 let (tx, rx) = mpsc::channel(settings.max_batch * RUNNERS_PER_LANE * 4);
-                let rx = Arc::new(Mutex::new(rx));
+                let rx = Arc::new(Mutex::new(Lane {
+                    rx,
+                    linger: Linger::default(),
+                }));
                 let turn = Turn::new();
                 for _ in 0..RUNNERS_PER_LANE {
                     runners.spawn(supervise(
@@ -151,7 +156,14 @@ fn lane_of(award_id: &str, lanes: usize) -> usize {
 }
 
 type Receiver = mpsc::Receiver<(Submission, Reply)>;
-type Queue = Arc<Mutex<Receiver>>;
+type Queue = Arc<Mutex<Lane>>;
+
+/// A lane's queue, and what its runners learned about lingering on it; the
+/// runner holding it takes the next batch.
+struct Lane {
+    rx: Receiver,
+    linger: Linger,
+}
 
 /// The longest a worker waits for the batch before its own to end (a normal
 /// batch takes a few milliseconds; one behind a row lock waits for the lock
@@ -256,36 +268,99 @@ async fn worker(
 
 /// The lane's queue, held, with the first job that came; `None` once the
 /// queue is closed and drained. Cancel-safe: cut short, nothing is taken.
-async fn first_job(rx: &Queue) -> Option<(tokio::sync::MutexGuard<'_, Receiver>, (Submission, Reply))> {
+async fn first_job(rx: &Queue) -> Option<(tokio::sync::MutexGuard<'_, Lane>, (Submission, Reply))> {
     let mut queue = rx.lock().await;
-    let first = queue.recv().await?;
+    let first = queue.rx.recv().await?;
     Some((queue, first))
 }
 
-/// After the first job, takes what else is queued (lingering `max_wait` if
-/// set).
+/// After the first job, takes what else is queued, lingering up to
+/// `max_wait` for more while the batch is small and lingering has been
+/// gathering claims ([`Linger`]).
 async fn next_batch(
     first: (Submission, Reply),
-    rx: &mut mpsc::Receiver<(Submission, Reply)>,
+    lane: &mut Lane,
     settings: GroupCommitSettings,
 ) -> Vec<(Submission, Reply)> {
     let mut jobs = vec![first];
-    while jobs.len() < settings.max_batch {
+    take_queued(&mut jobs, &mut lane.rx, settings.max_batch);
+    let small = settings.max_batch.min(LINGER_BELOW);
+    if jobs.len() < small && !settings.max_wait.is_zero() && lane.linger.now() {
+        let before = jobs.len();
+        let deadline = tokio::time::Instant::now() + settings.max_wait;
+        while jobs.len() < small {
+            match tokio::time::timeout_at(deadline, lane.rx.recv()).await {
+                Ok(Some(job)) => jobs.push(job),
+                _ => break,
+            }
+        }
+        lane.linger.gathered(jobs.len() - before);
+        take_queued(&mut jobs, &mut lane.rx, settings.max_batch);
+    }
+    jobs
+}
+
+/// Adds what is queued now to `jobs`, up to `max_batch`.
+fn take_queued(jobs: &mut Vec<(Submission, Reply)>, rx: &mut Receiver, max_batch: usize) {
+    while jobs.len() < max_batch {
         match rx.try_recv() {
             Ok(job) => jobs.push(job),
             Err(_) => break,
         }
     }
-    if jobs.len() < settings.max_batch && !settings.max_wait.is_zero() {
-        let deadline = tokio::time::Instant::now() + settings.max_wait;
-        while jobs.len() < settings.max_batch {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(job)) => jobs.push(job),
-                _ => break,
-            }
+}
+
+/// A batch this large when taken does not linger: under load the claims
+/// that queued while the batch before ran already make a batch, and waiting
+/// would only lengthen every client's round (docs/BENCHMARKS.md).
+const LINGER_BELOW: usize = 8;
+
+/// Whether a lane's next small batch lingers, learned from what its
+/// lingering gathered. Lingering pays while claims arrive on their own, as
+/// at a steady rate of deliveries; it does not when the only claims to
+/// come are the answers' next ones (a few consumers, each waiting for its
+/// answer before it sends again), and there every linger would add
+/// `max_wait` to every round. So a lane lingers while its lingers gather,
+/// on average, at least [`Linger::PAYS`] claims each; otherwise it tries
+/// again every [`Linger::RETRY_AFTER`] batches.
+#[derive(Debug)]
+struct Linger {
+    /// Claims gathered per linger, an exponentially weighted mean (the
+    /// last linger weighs [`Linger::WEIGHT`]).
+    mean: f64,
+    /// Small batches since the last linger.
+    skipped: u32,
+}
+
+/// A new lane lingers, and learns from its first lingers.
+impl Default for Linger {
+    fn default() -> Self {
+        Self {
+            mean: Self::PAYS,
+            skipped: 0,
         }
     }
-    jobs
+}
+
+impl Linger {
+    const PAYS: f64 = 0.5;
+    const WEIGHT: f64 = 0.25;
+    const RETRY_AFTER: u32 = 32;
+
+    /// Whether this small batch lingers (counted as skipped if not).
+    fn now(&mut self) -> bool {
+        if self.mean >= Self::PAYS || self.skipped >= Self::RETRY_AFTER {
+            return true;
+        }
+        self.skipped += 1;
+        false
+    }
+
+    /// A linger gathered `n` claims.
+    fn gathered(&mut self, n: usize) {
+        self.mean += Self::WEIGHT * (n as f64 - self.mean);
+        self.skipped = 0;
+    }
 }
 
 /// Runs one batch, passing the turn on once its transaction has ended
@@ -613,6 +688,109 @@ mod tests {
         let lanes_used: std::collections::HashSet<usize> =
             batches.iter().map(|b| lane_of(&b[0], 4)).collect();
         assert_eq!(lanes_used.len(), 4, "24 awards reach every lane");
+    }
+
+    /// A lane of its own, with `queued` claims waiting behind the first.
+    fn lane_with(queued: usize) -> (Lane, mpsc::Sender<(Submission, Reply)>, (Submission, Reply)) {
+        let (tx, rx) = mpsc::channel(64);
+        for i in 0..queued {
+            tx.try_send((item(&format!("AWD-{i}")), oneshot::channel().0))
+                .unwrap();
+        }
+        let lane = Lane {
+            rx,
+            linger: Linger::default(),
+        };
+        (lane, tx, (item("AWD-first"), oneshot::channel().0))
+    }
+
+    const LINGERING: GroupCommitSettings = GroupCommitSettings {
+        max_batch: 128,
+        max_wait: Duration::from_millis(10),
+        workers: 1,
+    };
+
+    /// Lingering that gathers nothing (one consumer waiting for each
+    /// answer) stops: a small batch then goes at once, and lingers again
+    /// only every `RETRY_AFTER` batches.
+    #[tokio::test(start_paused = true)]
+    async fn a_lane_stops_lingering_when_lingering_gathers_nothing() {
+        let (mut lane, _tx, _) = lane_with(0);
+        let mut lingered = Vec::new();
+        for _ in 0..(2 * Linger::RETRY_AFTER + 4) {
+            let start = tokio::time::Instant::now();
+            let jobs = next_batch((item("AWD-1"), oneshot::channel().0), &mut lane, LINGERING).await;
+            assert_eq!(jobs.len(), 1);
+            lingered.push(start.elapsed() == LINGERING.max_wait);
+        }
+        let lingers: Vec<usize> = lingered
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l)
+            .map(|(i, _)| i)
+            .collect();
+        let retry = Linger::RETRY_AFTER as usize;
+        assert_eq!(lingers, vec![0, retry + 1, 2 * retry + 2], "{lingered:?}");
+    }
+
+    /// Lingering that gathers claims (deliveries at a steady rate) goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_lane_lingers_while_lingering_gathers_claims() {
+        let (mut lane, tx, _) = lane_with(0);
+        for round in 0..8 {
+            let feed = tx.clone();
+            let arrivals = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                feed.send((item("AWD-2"), oneshot::channel().0)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                feed.send((item("AWD-3"), oneshot::channel().0)).await.unwrap();
+            });
+            let start = tokio::time::Instant::now();
+            let jobs = next_batch((item("AWD-1"), oneshot::channel().0), &mut lane, LINGERING).await;
+            arrivals.await.unwrap();
+            assert_eq!(jobs.len(), 3, "round {round}: both arrivals gathered");
+            assert_eq!(start.elapsed(), LINGERING.max_wait, "round {round}");
+        }
+    }
+
+    /// A batch that is large when taken (under load) does not linger, and
+    /// a linger ends once the batch is no longer small.
+    #[tokio::test(start_paused = true)]
+    async fn a_large_batch_does_not_linger() {
+        let (mut lane, _tx, first) = lane_with(LINGER_BELOW + 2);
+        let start = tokio::time::Instant::now();
+        let jobs = next_batch(first, &mut lane, LINGERING).await;
+        assert_eq!(jobs.len(), LINGER_BELOW + 3);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+
+        let (mut lane, tx, first) = lane_with(LINGER_BELOW - 2);
+        let feed = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            tx.send((item("AWD-late"), oneshot::channel().0)).await.unwrap();
+            tx
+        });
+        let start = tokio::time::Instant::now();
+        let jobs = next_batch(first, &mut lane, LINGERING).await;
+        assert_eq!(jobs.len(), LINGER_BELOW);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(3),
+            "ended as the batch filled"
+        );
+        drop(feed.await.unwrap());
+    }
+
+    /// Without `max_wait` nothing lingers, whatever the batch.
+    #[tokio::test(start_paused = true)]
+    async fn no_max_wait_no_linger() {
+        let (mut lane, _tx, first) = lane_with(1);
+        let settings = GroupCommitSettings {
+            max_wait: Duration::ZERO,
+            ..LINGERING
+        };
+        let start = tokio::time::Instant::now();
+        assert_eq!(next_batch(first, &mut lane, settings).await.len(), 2);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[test]
