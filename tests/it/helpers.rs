@@ -415,12 +415,17 @@ pub fn tier(d: &pb::Decision) -> Tier {
 /// any socket in the suite between our release and the child's bind (a
 /// throwaway Kafka broker once failed to start that way, and a server that
 /// is stopped and started on the same port mid-test would be exposed for
-/// the whole outage); one from below that range is only taken by another
-/// test drawing the same number.
+/// the whole outage); one from below that range could only be taken by
+/// another test drawing the same number, so no number is handed out twice
+/// in this process (two tests once drew one: the second's sidecar could
+/// not bind it, and its client talked to the first's).
 pub fn free_port() -> u16 {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     loop {
         let port = rand::random_range(20_000..32_000);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let mut handed_out = HANDED_OUT.lock().unwrap();
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
             return port;
         }
     }
