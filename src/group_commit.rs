@@ -319,10 +319,12 @@ const LINGER_BELOW: usize = 8;
 /// lingering gathered. Lingering pays while claims arrive on their own, as
 /// at a steady rate of deliveries; it does not when the only claims to
 /// come are the answers' next ones (a few consumers, each waiting for its
-/// answer before it sends again), and there every linger would add
-/// `max_wait` to every round. So a lane lingers while its lingers gather,
-/// on average, at least [`Linger::PAYS`] claims each; otherwise it tries
-/// again every [`Linger::RETRY_AFTER`] batches.
+/// answer before it sends again), and there a linger mostly waits out
+/// `max_wait`. So a lane lingers while its lingers gather, on average, at
+/// least [`Linger::PAYS`] claims each; otherwise it tries again every
+/// [`Linger::RETRY_AFTER`] batches. (A linger can still gather the claims
+/// the lane's other runner has just answered, so such consumers still pay
+/// part of the wait: docs/BENCHMARKS.md.)
 #[derive(Debug)]
 struct Linger {
     /// Claims gathered per linger, an exponentially weighted mean (the
